@@ -1,0 +1,111 @@
+"""Activation bytes one transformer layer keeps for backward, per micro-batch, on one GPU.
+
+Counted tensor by tensor for a Llama-style block as autograd saves it (checked against PyTorch
+itself: tests/calculators/test_activations_torch.py records every saved tensor with
+FakeTensorMode and saved-tensor hooks). Conventions:
+- bf16 activations (2 bytes); fp32 norm statistics and attention log-sum-exp; no dropout
+  (modern LLM pre-training uses none).
+- Tokens on one GPU per micro-batch: T = mbs * seq / cp. Tensors between the TP regions (norm
+  inputs and outputs) hold T/tp tokens with sequence parallelism, T without. With SP the input of
+  a column-parallel linear is saved sharded and all-gathered again in backward (Megatron, nanotron).
+- flash attention stores q, k, v, the output and the log-sum-exp; without it the bf16 softmax
+  probabilities (mbs * heads/tp * S^2) are stored too (fused scale-mask-softmax, as Megatron).
+- recompute "selective" is Megatron's: the attention core (QK^T, softmax, .V) is recomputed, so it
+  frees the score matrix and nothing more once flash attention is on. "full" keeps only each
+  layer's input; the layer being recomputed adds one layer's activations (see memory.py).
+- SwiGLU saves gate, up, silu(gate) and their product (4 x T*f/tp) in PyTorch's unfused form;
+  Megatron's fused bias-SwiGLU saves 3 (the gate/up output and the product).
+- MoE (dropless, token choice, permute -> expert GEMMs -> weighted combine): fp32 router
+  probabilities (T*E), int64 top-k indices, the K*T dispatched tokens, expert MLP intermediates
+  for K*T tokens, and the K*T expert outputs kept for the weighted combine.
+- MLA is approximated: attention with q/k head dim (nope + rope) and v head dim, plus the
+  compressed latents c_q and c_kv (with their norms) saved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import ModelSpec
+from .parallel import ParallelConfig
+
+BF16 = 2
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes per micro-batch for one layer, by part."""
+    attention: float
+    scores: float                # s x s softmax probabilities (only without flash attention)
+    mlp: float
+    layer_input: float           # what full recompute keeps
+
+    @property
+    def total(self) -> float:
+        return self.attention + self.scores + self.mlp
+
+
+def tokens(par: ParallelConfig) -> float:
+    """T: tokens of one micro-batch on one GPU (context parallel splits the sequence)."""
+    return par.mbs * par.seq / par.cp
+
+
+def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
+    t = par.tp
+    T = tokens(par)
+    T_sp = T / t if par.sp else T                      # tokens in the norm regions
+    h = model.hidden
+    norm_region = 2 * BF16 * T_sp * h + FP32 * T_sp    # norm input, its rstd, norm output
+    qkv_width = model.q_dim + (model.q_dim if model.mla else 2 * model.kv_dim)
+    v_width = model.attn_out_dim if model.mla else 0      # MLA: v has its own head dim
+    attention = (norm_region
+                 + BF16 * T * (qkv_width + v_width) / t   # q, k, v after RoPE (flash inputs)
+                 + BF16 * T * model.attn_out_dim / t      # attention output = o_proj input
+                 + FP32 * T * model.heads / t)            # log-sum-exp per head
+    if model.mla:
+        x = model.mla
+        attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
+    scores = 0.0
+    if not par.flash and par.recompute == "none":
+        scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
+        # the unfused core keeps k and v repeated to all heads for the batched matmuls
+        attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
+    per_ffn = (3 if par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+    mlp = norm_region                                 # norm output = input of the MLP / router
+    if not moe_layer:
+        mlp += BF16 * per_ffn * T * model.ffn / t
+    else:
+        e = model.moe
+        Tr = T_sp                                     # tokens routed by this GPU
+        routed = e.top_k * Tr
+        mlp += FP32 * Tr * e.experts + 8 * Tr * e.top_k        # router probabilities, top-k indices
+        mlp += BF16 * routed * h * 2                           # dispatched inputs, outputs for combine
+        mlp += BF16 * per_ffn * routed * e.expert_ffn / par.etp
+        if e.shared_experts:
+            mlp += BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+    layer_input = BF16 * T_sp * h
+    return LayerActivations(attention=attention, scores=scores, mlp=mlp, layer_input=layer_input)
+
+
+def saved_per_layer(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """Bytes one layer keeps per in-flight micro-batch under the layout's recompute mode."""
+    act = layer_activations(model, par, moe_layer)
+    return act.layer_input if par.recompute == "full" else act.total
+
+
+def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
+    """Last stage, per micro-batch: (bytes kept until backward, transient bytes at the peak).
+
+    Kept: the final norm's input, rstd and output, and the fp32 softmax of the vocabulary-parallel
+    cross-entropy (4 bytes per element of the T x V/tp logit shard). Transient: the bf16 logits (or
+    their gradient) beside it, 2 bytes per element (Megatron's fused vocab-parallel loss).
+    nanotron casts the logits to fp32 in a pipeline block and makes a contiguous transposed copy
+    before its loss: 2 + 4 + 4 transient. PyTorch's unfused F.cross_entropy (fsdp2, deepspeed)
+    keeps the fp32 log-softmax and has the bf16 logits and the fp32 upcast transient: 4 + 6.
+    """
+    T = tokens(par)
+    T_sp = T / par.tp if par.sp else T
+    logits = T * model.vocab / par.tp
+    transient = {"megatron": 2, "nanotron": 10}.get(par.framework, 6)
+    kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + FP32 * logits
+    return kept, transient * logits

@@ -1,0 +1,61 @@
+"""How each framework lays out weights, gradients and optimizer state: bytes per parameter by role.
+
+Frameworks differ here and users compare against the one they run, so the layout is a named
+choice. Mixed-precision AdamW throughout; `shard` is the ZeRO degree (the data x context ranks
+that hold one replica of these parameters). Each role is (bytes replicated, bytes sharded) and
+costs `replicated + sharded / shard` per parameter.
+
+| framework | Z0 | Z1 | Z2 | Z3 | source |
+|---|---|---|---|---|---|
+| megatron  | 18 | 6 + 12/d | 2 + 16/d | 18/d | Megatron-LM docs, distributed optimizer (bf16 params, fp32 main grads) |
+| deepspeed | 16 | 4 + 12/d | 2 + 14/d | 16/d | ZeRO paper (Rajbhandari et al. 2020), K = 12 |
+| fsdp2     | 16 | 8 + 8/d  | 2 + 16/d | 16/d | fp32 sharded params, bf16 compute (torchtitan's MixedPrecisionPolicy) |
+| nanotron  | 20 | 10 + 14/d| -        | -    | fitted to 1,733 measured runs (validation/memory.py) |
+
+FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
+backward (the 2 replicated bytes). nanotron keeps bf16 grads and an fp32 accumulation buffer; its
+ZeRO-1 adds a bf16 buffer (2 + 2/d) that the measurements show and that matches a gather buffer
+for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's layout.
+"""
+from __future__ import annotations
+
+ROLES = ("weights", "grads", "master", "optimizer")
+
+
+def bytes_per_param(framework: str, zero: int) -> dict[str, tuple[float, float]]:
+    """Role -> (replicated bytes, sharded bytes) per parameter."""
+    if framework == "nanotron" and zero <= 1:
+        if zero == 0:
+            return {"weights": (2, 0), "grads": (6, 0), "master": (4, 0), "optimizer": (8, 0)}
+        return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
+    if framework == "megatron":
+        w, g, m, o = 2, 4, 4, 8          # bf16 weights, fp32 main grads, fp32 master, Adam m and v
+    elif framework == "fsdp2":
+        if zero <= 1:                    # DDP (or a sharded optimizer) over fp32 weights, autocast
+            return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (8, 0) if zero == 0 else (0, 8)}
+        rep = 2 if zero == 2 else 0      # gathered bf16 weights kept between forward and backward
+        return {"weights": (rep, 4), "grads": (0, 4), "master": (0, 0), "optimizer": (0, 8)}
+    else:                                # deepspeed, and nanotron beyond ZeRO-1
+        w, g, m, o = 2, 2, 4, 8
+    layout = {"weights": (w, 0), "grads": (g, 0), "master": (m, 0), "optimizer": (o, 0)}
+    sharded = {1: ("master", "optimizer"), 2: ("grads", "master", "optimizer"), 3: ROLES}.get(zero, ())
+    return {role: ((0, b[0]) if role in sharded else b) for role, b in layout.items()}
+
+
+def retained_buffers(framework: str, zero: int, tokens_x_hidden: float, layer_params_bf16: float) -> float:
+    """Bytes the framework keeps allocated outside weights, grads and optimizer state.
+
+    - nanotron: 4 bytes per (token x hidden) of a micro-batch plus 64 MiB, fitted on the runs.
+    - ZeRO-3 (fsdp2, deepspeed, megatron): the gathered bf16 weights of the layer being computed and
+      of the one prefetched, plus the unsharded gradients of one layer before its reduce-scatter.
+    - megatron and deepspeed with ZeRO-1/2: the reduce-scatter / all-gather buckets are views of
+      the contiguous buffers already counted (megatron) or 2 x 5e8 elements (DeepSpeed's default
+      reduce_bucket_size and allgather_bucket_size, bf16).
+    """
+    if framework == "nanotron":
+        return 4 * tokens_x_hidden + 64 * 2**20
+    if zero == 3:
+        return 3 * layer_params_bf16
+    if framework == "deepspeed" and zero in (1, 2):
+        return 2 * 5e8 * 2
+    return 0.0

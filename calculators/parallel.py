@@ -1,0 +1,133 @@
+"""Parallel layouts and the rules that make them valid.
+
+`ParallelConfig` checks what it can alone; `check_layout(model, cluster, par)` checks the rules
+that need the model and the cluster, raises ConfigError with every broken rule (numbers and what
+to change), and returns warnings for layouts that run but are probably not what the user wants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError, require
+from .hardware import ClusterSpec
+from .models import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
+FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
+DEFAULT_FRAMEWORK = "megatron"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    dp: int = 1                  # d, data-parallel replicas
+    tp: int = 1                  # t, tensor parallel
+    pp: int = 1                  # p, pipeline stages
+    cp: int = 1                  # c, context parallel (sequence split for attention)
+    ep: int = 1                  # e, expert parallel (inside dp*cp*tp, as in Megatron)
+    etp: int = 0                 # expert tensor parallel; 0: = tp (Megatron's default)
+    vpp: int = 1                 # v, virtual stages per pipeline rank (interleaved)
+    zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
+    sp: bool = False             # sequence parallelism with TP
+    mbs: int = 1                 # b, micro-batch in sequences
+    gbs: int = 1                 # B, global batch in sequences
+    seq: int = 4096              # s, tokens per sequence
+    recompute: str = "none"      # none | selective | full
+    precision: str = "bf16"      # bf16 | fp8
+    schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
+    framework: str = DEFAULT_FRAMEWORK
+    flash: bool = True           # flash attention (no s x s score matrix is stored)
+
+    def __post_init__(self):
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)
+        p: list[str] = []
+        for key in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq"):
+            v = getattr(self, key)
+            require(p, isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                    f"parallel.{key} must be an integer >= 1 (got {v!r})")
+        require(p, self.zero in (0, 1, 2, 3), f"parallel.zero must be 0, 1, 2 or 3 (got {self.zero!r})")
+        require(p, self.recompute in RECOMPUTE, f"parallel.recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
+        require(p, self.precision in ("bf16", "fp8"), f"parallel.precision must be 'bf16' or 'fp8' (got {self.precision!r})")
+        require(p, self.schedule in SCHEDULES, f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
+        require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
+        if p:
+            raise ConfigError(p)
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def microbatches(self) -> int:   # m, per pipeline per step
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.gbs * self.seq
+
+
+def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> list[str]:
+    """Raise ConfigError naming every broken rule; return warnings (layout runs, but look again)."""
+    p: list[str] = []
+    w: list[str] = []
+    t, d, pp, c, e, v = par.tp, par.dp, par.pp, par.cp, par.ep, par.vpp
+    require(p, par.world == cluster.world,
+            f"dp*tp*pp*cp = {d}*{t}*{pp}*{c} = {par.world} GPUs but the cluster has "
+            f"{cluster.nodes}x{cluster.gpus_per_node} = {cluster.world}; change a size so the product is {cluster.world}")
+    require(p, model.heads % t == 0, f"tp={t} must divide heads={model.heads}; try tp in {_divisors(model.heads, 64)}")
+    require(p, model.kv_heads % t == 0 or model.mla is not None,
+            f"tp={t} must divide kv_heads={model.kv_heads} (each TP rank owns whole KV groups); "
+            f"try tp in {_divisors(model.kv_heads, 64)}")
+    if model.dense_mlp_layers:
+        require(p, model.ffn % t == 0, f"tp={t} must divide ffn={model.ffn}")
+    require(p, par.gbs % (d * par.mbs) == 0,
+            f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
+            f"nearest valid gbs: {max(1, round(par.gbs / (d * par.mbs))) * d * par.mbs}")
+    m = max(1, par.gbs // (d * par.mbs))
+    require(p, model.layers >= pp * v,
+            f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
+    if v > 1:
+        require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
+        require(p, model.layers % (pp * v) == 0,
+                f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}")
+    if par.schedule == "interleaved":
+        require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
+        require(p, m % pp == 0, f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
+    if par.schedule == "dualpipe":
+        require(p, m >= 2 * pp, f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * pp}")
+    if pp > 1 and m < pp and par.schedule in ("1f1b", "zb"):
+        w.append(f"only m={m} microbatches for pp={pp} stages: the pipeline never fills "
+                 f"(bubble (p-1)/m = {(pp - 1) / m:.2f}); raise gbs or lower mbs")
+    if v == 1 and model.layers % pp:
+        w.append(f"layers={model.layers} is not a multiple of pp={pp}: stages hold unequal layer counts")
+    if model.moe is None:
+        require(p, e == 1, f"ep={e} needs a mixture-of-experts model; set ep=1")
+    else:
+        require(p, model.moe.experts % e == 0, f"ep={e} must divide experts={model.moe.experts}")
+        require(p, (d * c * t) % (e * par.etp) == 0,
+                f"ep*etp = {e}*{par.etp} must divide dp*cp*tp = {d * c * t} (experts live inside the "
+                "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
+        require(p, model.moe.expert_ffn % par.etp == 0, f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
+    require(p, par.seq % (2 * c) == 0 or c == 1,
+            f"seq={par.seq} must be divisible by 2*cp = {2 * c} (load-balanced context parallel splits "
+            "each sequence into 2*cp chunks)")
+    if par.sp:
+        require(p, (par.seq // c) % t == 0, f"sequence parallel needs seq/cp = {par.seq // c} divisible by tp={t}")
+    if t > 1 and not par.sp:
+        w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
+                 "activations are replicated; set sp=true")
+    if t > cluster.gpus_per_node:
+        w.append(f"tp={t} spans more than one node ({cluster.gpus_per_node} GPUs each): its collectives "
+                 "cross the slow inter-node network")
+    if par.precision == "fp8" and cluster.gpu.fp8_tflops <= 0:
+        p.append(f"{cluster.gpu.name} has no FP8 tensor cores; use precision 'bf16'")
+    if par.zero >= 2 and pp > 1 and par.framework == "deepspeed":
+        p.append(f"DeepSpeed does not combine ZeRO-{par.zero} with pipeline parallelism; use zero<=1 or pp=1")
+    if p:
+        raise ConfigError(p)
+    return w
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [k for k in range(1, min(n, cap) + 1) if n % k == 0]
