@@ -61,7 +61,7 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
     attention = (norm_region
                  + BF16 * T * (qkv_width + v_width) / t   # q, k, v after RoPE (flash inputs)
                  + BF16 * T * model.attn_out_dim / t      # attention output = o_proj input
-                 + FP32 * T * model.heads / t)            # log-sum-exp per head
+                 + (FP32 * T * model.heads / t if par.flash else 0.0))  # log-sum-exp per head
     if model.mla:
         x = model.mla
         attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim

@@ -40,7 +40,7 @@ class ParallelConfig:
 
     def __post_init__(self):
         if self.etp == 0:
-            object.__setattr__(self, "etp", self.tp)
+            object.__setattr__(self, "etp", self.tp if isinstance(self.tp, int) else 1)
         p: list[str] = []
         for key in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq"):
             v = getattr(self, key)

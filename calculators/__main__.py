@@ -1,0 +1,110 @@
+"""Command line: `python -m calculators {estimate,memory,models,gpus} ...`.
+
+    python -m calculators estimate < scenarios.jsonl > answers.jsonl
+    python -m calculators memory --model llama3-70b --nodes 4 --tp 8 --pp 4 --sp --gbs 64 --seq 8192
+    python -m calculators memory --config config.json --tp 2 --zero 1 --dp 4
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import ConfigError
+from .hardware import GPU_PRESETS
+from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
+from .presets import MODEL_PRESETS, model_from_name
+from .scenario import evaluate_line, parse_hardware, parse_model, parse_parallel
+
+
+def cmd_estimate(_args) -> int:
+    """JSON Lines in, one JSON line out per scenario, in order (shared/DESIGN.md contract)."""
+    bad_json = False
+    out = sys.stdout
+    for number, line in enumerate(sys.stdin, 1):
+        if not line.strip():
+            continue
+        try:
+            answer = evaluate_line(line)
+        except json.JSONDecodeError as exc:
+            bad_json = True
+            answer = {"error": f"line {number} is not JSON ({exc.msg}, column {exc.colno})"}
+        out.write(json.dumps(answer, separators=(",", ":")) + "\n")
+    return 1 if bad_json else 0
+
+
+def cmd_memory(args) -> int:
+    from .memory import USABLE_FRACTION, estimate_memory
+    try:
+        if args.config:
+            with open(args.config) as fh:
+                from .hf_config import from_hf_config
+                model = from_hf_config(fh.read())
+        else:
+            model = parse_model({"preset": args.model})
+        cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
+        par = parse_parallel({k: getattr(args, k) for k in (
+            "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
+            "schedule", "framework")})
+        est = estimate_memory(model, cluster, par)
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(model.describe())
+    print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
+          f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
+          f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout\n")
+    cols = ("weights", "grads", "master", "optimizer", "activations", "other")
+    print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
+    for s in est.stages:
+        vals = [getattr(s, f"{c}_gib") for c in cols]
+        print(f"{s.stage:>5} {s.layers:>6} " + " ".join(f"{v:>11.2f}" for v in vals) + f" {s.total_gib:>10.2f}")
+    verdict = "fits" if est.fits else "does NOT fit"
+    print(f"\nmost loaded GPU: stage {est.worst.stage}, {est.total_gib:.2f} GiB of {est.capacity_gib:.2f} GiB: "
+          f"{verdict} (rule: peak <= {USABLE_FRACTION:.0%} of capacity)")
+    for w in est.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calculators", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("estimate", help="JSON Lines scenarios on stdin -> JSON Lines answers on stdout")
+    sub.add_parser("models", help="list model presets")
+    sub.add_parser("gpus", help="list GPU presets")
+    m = sub.add_parser("memory", help="memory per GPU for one layout, as a table")
+    m.add_argument("--model", default="llama3-8b", choices=MODEL_PRESETS)
+    m.add_argument("--config", help="a transformers config.json instead of --model")
+    m.add_argument("--gpu", default="H100-80GB", choices=list(GPU_PRESETS))
+    m.add_argument("--nodes", type=int, default=1)
+    m.add_argument("--gpus-per-node", type=int, default=8)
+    for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs"):
+        m.add_argument(f"--{k}", type=int, default=0 if k == "zero" else 1)
+    m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")
+    m.add_argument("--seq", type=int, default=4096)
+    m.add_argument("--sp", action="store_true", help="sequence parallelism with TP")
+    m.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    m.add_argument("--precision", default="bf16", choices=("bf16", "fp8"))
+    m.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    m.add_argument("--framework", default="megatron", choices=FRAMEWORKS)
+    args = ap.parse_args(argv)
+    if args.cmd == "estimate":
+        return cmd_estimate(args)
+    if args.cmd == "models":
+        for name in MODEL_PRESETS:
+            print(model_from_name(name).describe())
+        return 0
+    if args.cmd == "gpus":
+        for g in GPU_PRESETS.values():
+            print(f"{g.name:<11} {g.memory_gib:7.2f} GiB  bf16 {g.bf16_tflops:7.1f}  fp8 {g.fp8_tflops:7.1f} TFLOP/s  "
+                  f"HBM {g.hbm_tbps} TB/s  ({g.source})")
+        return 0
+    if not args.gbs:
+        args.gbs = args.dp * args.mbs
+    return cmd_memory(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The estimate contract (shared/DESIGN.md): a scenario dict in, an answer dict out.
+
+    answer = evaluate({"model": {"preset": "llama3-70b"},
+                       "hardware": {"gpu": "H100-80GB", "nodes": 8, "gpus_per_node": 8},
+                       "parallel": {"dp": 8, "tp": 8, "sp": True, "gbs": 512, "seq": 8192}})
+    answer["memory"]["total_gib"]
+
+Bad input raises ConfigError with a message that says what to change. The `step` part of the
+answer comes with the time model; until then it is left out rather than filled.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, fields
+from functools import lru_cache
+
+from .errors import ConfigError
+from .hardware import ClusterSpec, GPUSpec, gpu_from_name
+from .hf_config import from_hf_config
+from .memory import estimate_memory
+from .models import ModelSpec, MoESpec, MLASpec
+from .parallel import ParallelConfig
+from .presets import model_from_name
+
+
+def _build(cls, data: dict, where: str, skip=()):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a JSON object")
+    names = {f.name for f in fields(cls)} - set(skip)
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+               and f.name not in data]
+    if missing:
+        raise ConfigError(f"{where} lacks {', '.join(missing)}")
+    return cls(**data)
+
+
+@lru_cache(maxsize=256)
+def _model_cached(text: str) -> ModelSpec:
+    data = json.loads(text)
+    if "preset" in data:
+        if len(data) > 1:
+            raise ConfigError("model: give either {'preset': name} or the shape, not both")
+        return model_from_name(str(data["preset"]))
+    if "hf_config" in data:
+        return from_hf_config(data["hf_config"])
+    data = dict(data)
+    for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
+        if data.get(key) is not None:
+            data[key] = _build(cls, data[key], f"model.{key}")
+    return _build(ModelSpec, data, "model", skip=("source",))
+
+
+def parse_model(data) -> ModelSpec:
+    if isinstance(data, str):
+        return model_from_name(data)
+    if not isinstance(data, dict):
+        raise ConfigError("model must be an object: {'preset': name}, {'hf_config': {...}} or the shape")
+    return _model_cached(json.dumps(data, sort_keys=True))
+
+
+def parse_hardware(data) -> ClusterSpec:
+    if not isinstance(data, dict):
+        raise ConfigError("hardware must be an object like {'gpu': 'H100-80GB', 'nodes': 1, 'gpus_per_node': 8}")
+    data = dict(data)
+    gpu = data.pop("gpu", "H100-80GB")
+    gpu = gpu_from_name(gpu) if isinstance(gpu, str) else _build(GPUSpec, gpu, "hardware.gpu")
+    return _build(ClusterSpec, {**data, "gpu": gpu}, "hardware")
+
+
+def parse_parallel(data) -> ParallelConfig:
+    return _build(ParallelConfig, data or {}, "parallel")
+
+
+def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
+    if not isinstance(scenario, dict):
+        raise ConfigError("a scenario must be a JSON object with model, hardware and parallel")
+    unknown = sorted(set(scenario) - {"model", "hardware", "parallel"})
+    if unknown:
+        raise ConfigError(f"scenario has unknown key(s) {', '.join(unknown)}; use model, hardware, parallel")
+    if "model" not in scenario:
+        raise ConfigError("scenario lacks 'model' (a preset like {'preset': 'llama3-8b'} or a shape)")
+    return (parse_model(scenario["model"]), parse_hardware(scenario.get("hardware", {})),
+            parse_parallel(scenario.get("parallel", {})))
+
+
+def evaluate(scenario: dict) -> dict:
+    model, cluster, par = parse(scenario)
+    return {"memory": estimate_memory(model, cluster, par).as_dict()}
+
+
+def evaluate_line(line: str) -> dict:
+    """One JSON Lines scenario -> its answer, or {"error": message}. Raises only on invalid JSON."""
+    scenario = json.loads(line)
+    try:
+        return evaluate(scenario)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as exc:
+        # A value of the wrong type deep inside (a string where a number goes): still one line.
+        return {"error": f"invalid value: {exc}; check the types of the scenario's fields"}
