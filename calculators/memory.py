@@ -79,7 +79,8 @@ def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
     Even split, earlier ranks taking the remainder (np.array_split), with virtual stages dealt
     round-robin: p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7].
     nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank
-    is closed once the running cost reaches its share (L=16, h=2048, V=131072, p=4: 5, 4, 4, 3).
+    is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the
+    output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
     """
     L, p, v = model.layers, par.pp, par.vpp
     if par.framework == "nanotron" and v == 1 and p > 1:
@@ -154,7 +155,10 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
         inflight = inflight_microbatches(par.schedule, par.pp, par.vpp, m, rank)
         present = [moe for moe, n in counts.items() if n]
         saved = sum(n * kinds[moe][3] for moe, n in counts.items())
-        working = max((kinds[moe][2].total for moe in present), default=0.0) * (2 if par.recompute == "full" else 1)
+        # One layer's gradients in backward (as large as its saved set); with full recompute also the
+        # layer being recomputed, whose input is already among the kept checkpoints.
+        working = max((a.total + (a.total - a.layer_input if par.recompute == "full" else 0.0)
+                       for a in (kinds[moe][2] for moe in present)), default=0.0)
         activations = inflight * saved + working
         if last:
             kept, transient = act.output_layer_activations(model, par)

@@ -1,0 +1,98 @@
+"""Presets against published parameter counts; config.json import."""
+import json
+
+import pytest
+
+from calculators.errors import ConfigError
+from calculators.hf_config import from_hf_config
+from calculators.presets import MODEL_PRESETS, model_from_name
+
+# (preset, total, active) in billions, as published by the model's authors.
+PUBLISHED = {
+    "llama3-8b": (8.03, None), "llama3-70b": (70.6, None), "llama3-405b": (405.9, None),
+    "llama2-7b": (6.74, None), "mixtral-8x7b": (46.7, 12.9), "deepseek-v3": (671, 37),
+    "qwen2.5-7b": (7.61, None), "qwen3-30b-a3b": (30.5, 3.3), "gpt3-175b": (175, None),
+    "nanotron-1.34b": (1.34, None), "nanotron-3.57b": (3.57, None), "nanotron-8.86b": (8.86, None),
+    "nanotron-80b": (80.0, None), "nanotron-80b-gqa8": (70.6, None), "nanotron-469b": (469, None),
+}
+
+
+def test_every_preset_has_a_published_count_and_a_source():
+    assert set(PUBLISHED) == set(MODEL_PRESETS)
+    for name in MODEL_PRESETS:
+        assert model_from_name(name).source
+
+
+@pytest.mark.parametrize("name", MODEL_PRESETS)
+def test_preset_parameter_counts(name):
+    m = model_from_name(name)
+    total, active = PUBLISHED[name]
+    # published figures are rounded to the digits given; allow half a unit in the last digit + 0.5%
+    assert m.total_params / 1e9 == pytest.approx(total, rel=0.005)
+    if active:
+        assert m.active_params / 1e9 == pytest.approx(active, rel=0.02)
+    else:
+        assert m.active_params == m.total_params
+
+
+def test_llama3_8b_exact():
+    # 4h^2(1 + k/a) attention + 3hf MLP + 2h norms per layer; embeddings and output untied; final norm
+    m = model_from_name("llama3-8b")
+    layer = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert m.total_params == 32 * layer + 2 * 128256 * 4096 + 4096 == 8_030_261_248
+
+
+LLAMA_CFG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+             "tie_word_embeddings": False}
+
+
+def test_hf_llama_equals_preset():
+    m = from_hf_config(LLAMA_CFG)
+    assert m.total_params == model_from_name("llama3-8b").total_params
+
+
+@pytest.mark.parametrize("cfg,total,active", [
+    ({"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
+      "num_experts_per_tok": 2}, 46.70e9, 12.88e9),
+    ({"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+      "num_key_value_heads": 128, "intermediate_size": 18432, "vocab_size": 129280, "n_routed_experts": 256,
+      "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
+      "moe_layer_freq": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+      "qk_rope_head_dim": 64, "v_head_dim": 128}, 671.0e9, 37.5e9),
+    ({"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+      "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
+      "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
+      "mlp_only_layers": [], "tie_word_embeddings": False}, 30.53e9, 3.35e9),
+    ({"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+      "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936, "num_experts": 60,
+      "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+      "decoder_sparse_step": 1}, 14.3e9, 2.7e9),   # Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active
+    ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+      "vocab_size": 50257}, 124.44e6, None),       # GPT-2 small: 124M
+    ({"model_type": "gpt_neox", "num_hidden_layers": 32, "hidden_size": 2560, "num_attention_heads": 32,
+      "intermediate_size": 10240, "vocab_size": 50432, "tie_word_embeddings": False}, 2.78e9, None),  # Pythia-2.8B
+])
+def test_hf_configs(cfg, total, active):
+    m = from_hf_config(json.dumps(cfg))
+    assert m.total_params == pytest.approx(total, rel=0.01)
+    if active:
+        assert m.active_params == pytest.approx(active, rel=0.02)
+
+
+@pytest.mark.parametrize("cfg,words", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ({"model_type": "t5"}, "not supported"),
+    ({k: v for k, v in LLAMA_CFG.items() if k != "hidden_size"}, "hidden_size"),
+    ({**LLAMA_CFG, "num_key_value_heads": 7}, "kv_heads"),
+])
+def test_hf_config_errors_name_the_problem(cfg, words):
+    with pytest.raises(ConfigError, match=words):
+        from_hf_config(cfg)
+
+
+def test_unknown_preset_lists_the_choices():
+    with pytest.raises(ConfigError, match="llama3-8b"):
+        model_from_name("llama-9000")

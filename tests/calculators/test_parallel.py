@@ -1,0 +1,75 @@
+"""Layout validation: each broken rule is named, with its numbers and what to change."""
+import pytest
+
+from calculators.errors import ConfigError
+from calculators.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
+from calculators.parallel import ParallelConfig, check_layout
+from calculators.presets import model_from_name
+
+H100 = gpu_from_name("H100-80GB")
+L70 = model_from_name("llama3-70b")
+MIX = model_from_name("mixtral-8x7b")
+
+
+def cluster(nodes=1, gpn=8):
+    return ClusterSpec(H100, nodes=nodes, gpus_per_node=gpn)
+
+
+@pytest.mark.parametrize("model,nodes,par,words", [
+    (L70, 1, dict(dp=4, tp=4), r"dp\*tp\*pp\*cp = 4\*4\*1\*1 = 16 GPUs but the cluster has 1x8 = 8"),
+    (L70, 2, dict(dp=1, tp=16), r"tp=16 must divide kv_heads=8"),
+    (L70, 1, dict(dp=1, tp=8, pp=1, gbs=3, mbs=2), r"gbs=3 must be a multiple of dp\*mbs"),
+    (L70, 16, dict(dp=1, tp=1, pp=128, gbs=128), r"layers=80 cannot fill pp\*vpp"),
+    (L70, 1, dict(dp=1, tp=1, pp=8, vpp=3, gbs=8, schedule="interleaved"), r"divisible by pp\*vpp = 24"),
+    (L70, 1, dict(dp=1, tp=1, pp=8, vpp=2, gbs=12, schedule="interleaved"), r"microbatches m = gbs/\(dp\*mbs\) = 12 divisible by pp=8"),
+    (L70, 1, dict(dp=8, ep=2, gbs=8), r"ep=2 needs a mixture-of-experts model"),
+    (MIX, 1, dict(dp=8, ep=3, gbs=8), r"ep=3 must divide experts=8"),
+    (MIX, 1, dict(dp=2, tp=4, ep=4, gbs=8), r"ep\*etp = 4\*4 must divide dp\*cp\*tp = 8"),
+    (L70, 1, dict(dp=4, cp=2, seq=4098, gbs=4), r"seq=4098 must be divisible by 2\*cp = 4"),
+    (L70, 1, dict(dp=1, tp=8, sp=True, seq=4100, gbs=1), r"seq/cp = 4100 divisible by tp=8"),
+])
+def test_broken_rules_are_named(model, nodes, par, words):
+    with pytest.raises(ConfigError, match=words):
+        check_layout(model, cluster(nodes), ParallelConfig(**par))
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        check_layout(L70, cluster(), ParallelConfig(dp=3, tp=16, gbs=5))
+    assert len(err.value.problems) >= 3
+
+
+def test_valid_mixtral_with_etp1():
+    assert check_layout(MIX, cluster(), ParallelConfig(dp=2, tp=4, ep=8, etp=1, sp=True, gbs=8)) == []
+
+
+@pytest.mark.parametrize("par,words", [
+    (dict(dp=1, tp=16, sp=True, gbs=1), "spans more than one node"),
+    (dict(dp=1, tp=2, pp=8, gbs=4), "pipeline never fills"),
+    (dict(dp=2, tp=8, gbs=2), "without sequence parallelism"),
+])
+def test_warnings(par, words):
+    world = ParallelConfig(**par).world
+    model = model_from_name("llama2-7b") if par["tp"] == 16 else L70      # 32 kv heads: tp=16 divides
+    warnings = check_layout(model, cluster(max(1, world // 8), min(8, world)), ParallelConfig(**par))
+    assert any(words in w for w in warnings)
+
+
+@pytest.mark.parametrize("field,value", [("tp", 0), ("tp", "8"), ("zero", 4), ("recompute", "some"),
+                                         ("schedule", "1F1B"), ("framework", "jax"), ("precision", "fp4")])
+def test_bad_field_values(field, value):
+    with pytest.raises(ConfigError, match=field):
+        ParallelConfig(**{field: value})
+
+
+def test_fp8_needs_fp8_hardware():
+    a100 = ClusterSpec(gpu_from_name("A100-80GB"), nodes=1, gpus_per_node=8)
+    with pytest.raises(ConfigError, match="no FP8"):
+        check_layout(L70, a100, ParallelConfig(dp=8, gbs=8, precision="fp8"))
+
+
+@pytest.mark.parametrize("name", list(GPU_PRESETS))
+def test_gpu_presets(name):
+    g = gpu_from_name(name.lower())
+    assert g.source and g.memory_gib > 30 and g.bf16_tflops >= 312 and g.intra_node_gbps > g.inter_node_gbps
+    assert g.fp8_tflops in (0,) or g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.01)
