@@ -10,7 +10,7 @@ costs `replicated + sharded / shard` per parameter.
 | megatron  | 18 | 6 + 12/d | 2 + 16/d | 18/d | Megatron-LM docs, distributed optimizer (bf16 params, fp32 main grads) |
 | deepspeed | 16 | 4 + 12/d | 2 + 14/d | 16/d | ZeRO paper (Rajbhandari et al. 2020), K = 12 |
 | fsdp2     | 16 | 8 + 8/d  | 2 + 16/d | 16/d | fp32 sharded params, bf16 compute (torchtitan's MixedPrecisionPolicy) |
-| nanotron  | 20 | 10 + 14/d| -        | -    | fitted to 1,733 measured runs (validation/memory.py) |
+| nanotron  | 20 | 10 + 14/d| -        | -    | fitted to 1,734 measured runs (validation/memory.py) |
 
 FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
 backward (the 2 replicated bytes). nanotron keeps bf16 grads and an fp32 accumulation buffer; its
