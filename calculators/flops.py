@@ -1,6 +1,6 @@
 """FLOPs per token and per step, matmul by matmul; MFU and HFU.
 
-Conventions (shown next to every number the UI prints):
+Conventions (to be stated wherever a FLOPs, MFU or HFU number is shown):
 - A matmul of a (n x k) by (k x m) costs 2 n k m FLOPs; each weight matrix in
   ModelSpec.layer_matmuls costs 2 * fan_in * fan_out per token it touches (MoE experts: top_k).
 - Attention core (QK^T and scores.V) per token at position i costs 2 * a * i * (d_qk + d_v). With

@@ -64,7 +64,5 @@ def build_memory_page() -> None:
             plot = gr.Plot(label="memory per GPU")
             summary = gr.Markdown()
     inputs = [model, config, gpu, nodes, gpn, dp, tp, pp, cp, zero, sp, mbs, gbs, seq, recompute, schedule, framework]
-    gr.on([c.change for c in inputs], compute, inputs, [plot, summary], api_name="memory",
-          trigger_mode="always_last")
-    demo = gr.context.Context.root_block
-    demo.load(compute, inputs, [plot, summary], api_name=False)
+    # triggers=None: on page load and on every change of an input (one API endpoint, /memory)
+    gr.on(None, compute, inputs, [plot, summary], api_name="memory", trigger_mode="always_last")
