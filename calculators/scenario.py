@@ -29,7 +29,8 @@ def _build(cls, data: dict, where: str, skip=()):
     names = {f.name for f in fields(cls)} - set(skip)
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        raise ConfigError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"known: {', '.join(sorted(names))}")
     missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
                and f.name not in data]
     if missing:
@@ -79,7 +80,7 @@ def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
         raise ConfigError("a scenario must be a JSON object with model, hardware and parallel")
     unknown = sorted(set(scenario) - {"model", "hardware", "parallel"})
     if unknown:
-        raise ConfigError(f"scenario has unknown key(s) {', '.join(unknown)}; use model, hardware, parallel")
+        raise ConfigError(f"scenario has unknown key(s) {', '.join(map(repr, unknown))}; use model, hardware, parallel")
     if "model" not in scenario:
         raise ConfigError("scenario lacks 'model' (a preset like {'preset': 'llama3-8b'} or a shape)")
     return (parse_model(scenario["model"]), parse_hardware(scenario.get("hardware", {})),
