@@ -2,7 +2,7 @@
 
     total = weights + grads + fp32 master + optimizer moments     (frameworks.py, by ZeRO shard)
           + in-flight micro-batches x saved activations of the stage's layers (activations.py,
-            schedules.py) + first/last-stage extras (logits and loss on the last stage)
+            pipeline.py) + first/last-stage extras (logits and loss on the last stage)
           + one layer's working set (gradients of the layer in backward; with full recompute
             also the layer being recomputed) + framework buffers (ZeRO-3 gathers, buckets)
 
@@ -19,7 +19,7 @@ from .frameworks import bytes_per_param, retained_buffers
 from .hardware import ClusterSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig, check_layout
-from .schedules import inflight_microbatches
+from .pipeline import inflight_microbatches
 
 GIB = 2**30
 USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validation/memory.py)
