@@ -162,7 +162,9 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
         activations = inflight * saved + working
         if last:
             kept, transient = act.output_layer_activations(model, par)
-            activations += min(inflight, m) * kept + transient
+            # The logits live from F to the loss's backward (I); ZB-H1's waiting W's do not keep them.
+            out_inflight = inflight if par.schedule != "zb" else inflight_microbatches("1f1b", par.pp, 1, m, rank)
+            activations += min(out_inflight, m) * kept + transient
         biggest_layer = max((kinds[moe][0] for moe in present), default=0.0)
         other = retained_buffers(par.framework, par.zero, T * model.hidden, 2 * biggest_layer)
         resident = sum(role.values()) + other
