@@ -13,11 +13,12 @@ tests/calculators/test_pipeline.py compares them op for op):
   at its peak, rank 3 holds 1.
 - interleaved (Narayanan et al. 2021): as 1f1b over m*v chunk-ops, in rounds of p micro-batches
   per chunk, with (v-1)*p + 2(p-1-r) warm-up forwards.
-- zb (ZB-H1, Qi et al. 2023): 1f1b's F/I order; rank r lets up to r weight passes wait, so
-  every rank's peak stays at 1F1B's rank 0 (p micro-batches), and runs a waiting W whenever it
-  would otherwise sit idle.
+- zb (ZB-H1, Qi et al. 2023): 1f1b's order with B split into I and W; rank r lets up to r
+  W's wait, so every rank's peak is 1F1B's rank 0 (p micro-batches), and in the cool-down
+  runs one after each I, where 1F1B would wait. With F = I = W its bubble is a third of 1F1B's.
 - dualpipe (DualPipeV, DeepSeek-V3 report sec. 3.2.1): two stages per rank in a V; the steady
-  state runs a forward of one stage overlapped with a backward of the other.
+  state pairs a forward of one stage with a backward of the other, so each one's
+  communication hides behind the other's compute. The simulator runs a pair back to back.
 
 The simulator gives every op a start and an end; an op starts when its rank is free and its
 input exists (the previous stage's F for F; the next stage's B or I for B and I, or this
@@ -59,12 +60,29 @@ def _gpipe(p: int, m: int, r: int) -> list:
     return [Op("F", r, i) for i in range(m)] + [Op("B", r, i) for i in range(m)]
 
 
-def _one_f_one_b(p: int, m: int, r: int, bwd: str = "B") -> list:
+def _one_f_one_b(p: int, m: int, r: int) -> list:
     warm = min(p - 1 - r, m)
     ops = [Op("F", r, i) for i in range(warm)]
     for i in range(m - warm):
-        ops += [Op("F", r, warm + i), Op(bwd, r, i)]
-    return ops + [Op(bwd, r, i) for i in range(m - warm, m)]
+        ops += [Op("F", r, warm + i), Op("B", r, i)]
+    return ops + [Op("B", r, i) for i in range(m - warm, m)]
+
+
+def _zb_h1(p: int, m: int, r: int) -> list:
+    """1F1B with B split into I and W; rank r keeps up to r W's waiting in the steady state and
+    runs one after each I of the cool-down, where it would otherwise wait for the next rank."""
+    ops, waiting = [], 0
+    for op in _one_f_one_b(p, m, r):
+        if op[0] != "B":
+            ops.append(op)
+            continue
+        ops.append(Op("I", r, op[2]))
+        waiting += 1
+        cooling = op[2] >= m - min(p - 1 - r, m)
+        if waiting > r or cooling:
+            ops.append(Op("W", r, op[2] - waiting + 1))
+            waiting -= 1
+    return ops + [Op("W", r, mb) for mb in range(m - waiting, m)]
 
 
 def _interleaved(p: int, v: int, m: int, r: int) -> list:
@@ -156,7 +174,7 @@ def rank_order(schedule: str, p: int, v: int, m: int, r: int) -> list:
     if schedule == "1f1b":
         return _one_f_one_b(p, m, r)
     if schedule == "zb":
-        return _one_f_one_b(p, m, r, bwd="I")
+        return _zb_h1(p, m, r)
     if schedule == "interleaved":
         return _interleaved(p, v, m, r)
     if schedule == "dualpipe":
@@ -171,16 +189,14 @@ class Timeline:
     makespan: float
     busy: tuple                  # compute time per rank
     peak_inflight: tuple         # per rank, in units of the rank's layers
-    _ran: list = field(repr=False, compare=False, default_factory=list)
-    _starts: list = field(repr=False, compare=False, default_factory=list)
-    _cost: list = field(repr=False, compare=False, default_factory=list)
-    _S: int = 0
+    _ops: tuple = field(repr=False, compare=False, default=())
+    _starts: tuple = field(repr=False, compare=False, default=())
+    _durations: tuple = field(repr=False, compare=False, default=())
 
     @cached_property
     def ops(self) -> tuple:
-        return tuple(tuple((k, st, mb, t, t + self._cost[KIND_INDEX[k] * self._S + st])
-                           for (k, st, mb), t in zip(ran, starts))
-                     for ran, starts in zip(self._ran, self._starts))
+        return tuple(tuple((*op, t, t + d) for op, t, d in zip(*rank))
+                     for rank in zip(self._ops, self._starts, self._durations))
 
     @property
     def bubble_fraction(self) -> float:
@@ -192,125 +208,105 @@ class Timeline:
 def simulate(schedule: str, p: int, m: int, v: int = 1, f=1.0, b=1.0, w=1.0, p2p: float = 0.0,
              record: bool = True) -> Timeline:
     """Time every op of one step. f, b, w: per-micro-batch cost of a stage's forward, input-
-    backward and weight-backward (a number, or one per stage); a full B costs b + w."""
+    backward and weight-backward (a number, or one per stage); a full B costs b + w.
+
+    Each rank runs its ops in order; an op starts when the rank is free and its input is there.
+    Ranks are advanced in turn; a rank waiting on an input not yet timed parks until it is.
+    """
     S = n_stages(schedule, p, v)
     f, b, w = (_per_stage(x, S) for x in (f, b, w))
     cost = f + [x + y for x, y in zip(b, w)] + b + w          # indexed by KIND_INDEX[kind] * S + stage
-    orders = _compiled(schedule, p, v, m)
-    unit = 1.0 / len(stages_of_rank(schedule, p, v, 0))
-    zb = schedule == "zb"                      # ZB-H1: the simulator places the W's
+    plan = _compiled(schedule, p, v, m)
+    durations = [[cost[i] for i in rank.cost_at] for rank in plan]
     done = [-1.0] * (2 * S * m)                # end of F (first half) and of B/I (second half)
-    ptr, free, busy = [0] * p, [0.0] * p, [0.0] * p
-    alive, peak = [0.0] * p, [0.0] * p
-    pending_w: list[list] = [[] for _ in range(p)]
-    ran: list[list] = [[] for _ in range(p)]
-    starts: list[list] = [[] for _ in range(p)]
+    ptr, free = [0] * p, [0.0] * p
+    starts = [[0.0] * len(rank.dep) for rank in plan]
     blocked: dict[int, list[int]] = {}
     todo = list(range(p))
-
     while todo:
         r = todo.pop()
-        order, pend = orders[r], pending_w[r]
-        n = len(order)
-        while True:
-            advance = False
-            if zb and len(pend) > r:           # ZB-H1: rank r lets at most r weight passes wait
-                parts, t = (pend.pop(0),), free[r]
-            elif ptr[r] < n:
-                parts = order[ptr[r]]
-                t, missing = free[r], -1
-                for _, _, _, dep, cross in parts:   # when is each op's input on this rank?
-                    if dep >= 0:
-                        ready = done[dep]
-                        if ready < 0:
-                            missing = dep
-                            break
-                        ready += cross * p2p
-                        if ready > t:
-                            t = ready
-                if missing >= 0:
-                    blocked.setdefault(missing, []).append(r)
+        deps, cross, outs, dur, start_at = plan[r].dep, plan[r].cross, plan[r].out, durations[r], starts[r]
+        i, t, n = ptr[r], free[r], len(deps)
+        while i < n:
+            d = deps[i]
+            if d >= 0:
+                ready = done[d]
+                if ready < 0:                  # input not timed yet: park until it is
+                    blocked.setdefault(d, []).append(r)
                     break
-                if pend and free[r] + cost[pend[0][1]] <= t:   # a waiting W fits in the gap
-                    parts, t = (pend.pop(0),), free[r]
-                else:
-                    advance = True
-            elif pend:
-                parts, t = (pend.pop(0),), free[r]
-            else:
-                break
-            for op, cost_at, out, _, _ in parts:
-                dur = cost[cost_at]
-                if record:
-                    ran[r].append(op)
-                    starts[r].append(t)
-                t += dur
-                busy[r] += dur
-                if out >= 0:
-                    done[out] = t
-                    if out in blocked:
-                        todo.extend(blocked.pop(out))
-                kind = op[0]
-                if kind == "F":
-                    alive[r] += unit
-                    if alive[r] > peak[r]:
-                        peak[r] = alive[r]
-                elif kind == "I" and zb:
-                    pend.append(_w_part(op, S))
-                elif kind != "I":
-                    alive[r] -= unit
-            free[r] = t
-            if advance:
-                ptr[r] += 1
-    if any(ptr[r] < len(orders[r]) for r in range(p)):
+                if cross[i]:
+                    ready += p2p
+                if ready > t:
+                    t = ready
+            start_at[i] = t
+            t += dur[i]
+            o = outs[i]
+            if o >= 0:
+                done[o] = t
+                if o in blocked:
+                    todo.extend(blocked.pop(o))
+            i += 1
+        ptr[r], free[r] = i, t
+    if any(ptr[r] < len(plan[r].dep) for r in range(p)):
         raise RuntimeError(f"{schedule} deadlocked: p={p}, v={v}, m={m}")   # a bug, never bad input
-    return Timeline(makespan=max(free), busy=tuple(busy), peak_inflight=tuple(peak),
-                    _ran=ran, _starts=starts, _cost=cost, _S=S)
+    return Timeline(makespan=max(free), busy=tuple(sum(d) for d in durations),
+                    peak_inflight=_peaks(schedule, p, v, m),
+                    _ops=tuple(rank.ops for rank in plan) if record else (),
+                    _starts=tuple(starts) if record else (), _durations=tuple(durations) if record else ())
 
 
 KIND_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3}
 
 
-def _w_part(op: tuple, S: int) -> tuple:
-    return (("W", op[1], op[2]), 3 * S + op[1], -1, -1, 0)
+@dataclass(frozen=True)
+class _RankPlan:
+    """One rank's ops in order (overlapped pairs run back to back), with indices precomputed."""
+    ops: tuple                   # (kind, stage, mb)
+    cost_at: tuple               # index into the cost list
+    out: tuple                   # slot of `done` this op fills (-1: a W, nobody waits on it)
+    dep: tuple                   # slot of `done` holding this op's input (-1: none)
+    cross: tuple                 # 1 if that input comes from another rank (pays p2p)
 
 
 @lru_cache(maxsize=64)
 def _compiled(schedule: str, p: int, v: int, m: int) -> tuple:
-    """Orders with each op's indices precomputed: (op, cost index, own end slot, input's end
-    slot or -1, 1 if the input crosses ranks)."""
     S = n_stages(schedule, p, v)
     owner = {st: r for r in range(p) for st in stages_of_rank(schedule, p, v, r)}
-    out = []
-    for r, order in enumerate(_orders(schedule, p, v, m)):
-        items = []
-        for parts in order:
-            compiled = []
-            for op in parts:
-                kind, st, mb = op
-                own = st * m + mb if kind == "F" else -1 if kind == "W" else S * m + st * m + mb
-                if kind == "F":
-                    src, dep = st - 1, (st - 1) * m + mb
-                elif kind == "W":
-                    src, dep = st, -1
-                elif st == S - 1:
-                    src, dep = st, st * m + mb
-                else:
-                    src, dep = st + 1, S * m + (st + 1) * m + mb
-                if kind == "F" and st == 0:
-                    dep = -1
-                cross = int(dep >= 0 and owner[src] != r)
-                compiled.append((op, KIND_INDEX[kind] * S + st, own, dep, cross))
-            items.append(tuple(compiled))
-        out.append(tuple(items))
-    return tuple(out)
+    plans = []
+    for r in range(p):
+        ops = [op for item in rank_order(schedule, p, v, m, r)
+               for op in (item if isinstance(item[0], tuple) else (item,))]
+        cost_at, out, dep, cross = [], [], [], []
+        for kind, st, mb in ops:
+            cost_at.append(KIND_INDEX[kind] * S + st)
+            out.append(st * m + mb if kind == "F" else -1 if kind == "W" else (S + st) * m + mb)
+            if kind == "F":                    # needs the previous stage's forward
+                src, d = st - 1, (st - 1) * m + mb if st > 0 else -1
+            elif kind == "W":                  # follows this rank's own I
+                src, d = st, -1
+            elif st == S - 1:                  # the last stage starts backward from its own loss
+                src, d = st, st * m + mb
+            else:                              # needs the next stage's input gradient
+                src, d = st + 1, (S + st + 1) * m + mb
+            dep.append(d)
+            cross.append(int(d >= 0 and owner[src] != r))
+        plans.append(_RankPlan(tuple(ops), tuple(cost_at), tuple(out), tuple(dep), tuple(cross)))
+    return tuple(plans)
 
 
-@lru_cache(maxsize=64)
-def _orders(schedule: str, p: int, v: int, m: int) -> tuple:
-    """Every rank's order, each item a tuple of the ops run together (two when overlapped)."""
-    return tuple(tuple(x if isinstance(x[0], tuple) else (x,) for x in rank_order(schedule, p, v, m, r))
-                 for r in range(p))
+@lru_cache(maxsize=4096)
+def _peaks(schedule: str, p: int, v: int, m: int) -> tuple:
+    """Peak alive micro-batches per rank, from the order alone: a stage's activations live from
+    its F until its B, or its W when B is split (W still reads the saved inputs)."""
+    unit = 1.0 / len(stages_of_rank(schedule, p, v, 0))
+    peaks = []
+    for plan in _compiled(schedule, p, v, m):
+        alive = peak = 0.0
+        for kind, _, _ in plan.ops:
+            alive += unit if kind == "F" else -unit if kind in ("B", "W") else 0.0
+            peak = max(peak, alive)
+        peaks.append(peak)
+    return tuple(peaks)
 
 
 def _per_stage(x, S: int) -> list[float]:
@@ -323,11 +319,6 @@ def _per_stage(x, S: int) -> list[float]:
 
 
 # ---------------------------------------------------------------------------- for the memory
-@lru_cache(maxsize=4096)
-def _inflight_all(schedule: str, p: int, v: int, m: int) -> tuple:
-    return simulate(schedule, p, m, v, record=False).peak_inflight
-
-
 def inflight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -> float:
     """Peak micro-batches whose activations rank `rank` holds, in units of its whole layers.
 
@@ -336,7 +327,7 @@ def inflight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -
     """
     if pp == 1:
         return 1.0
-    return _inflight_all(schedule, pp, vpp if schedule == "interleaved" else 1, m)[rank]
+    return _peaks(schedule, pp, vpp if schedule == "interleaved" else 1, m)[rank]
 
 
 def closed_form_bubble(schedule: str, p: int, v: int, m: int) -> float:
