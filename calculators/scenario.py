@@ -5,8 +5,10 @@
                        "parallel": {"dp": 8, "tp": 8, "sp": True, "gbs": 512, "seq": 8192}})
     answer["memory"]["total_gib"]
 
-Bad input raises ConfigError with a message that says what to change. The `step` part of the
-answer comes with the time model; until then it is left out rather than filled.
+`hardware.profile` (optional) picks the time model's efficiency knobs: a profile name (a GPU
+preset id), a path to a profile JSON file, or an object whose keys override the GPU's default
+profile (calculators/profiles.py). Bad input raises ConfigError with a message that says what
+to change.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from .memory import estimate_memory
 from .models import ModelSpec, MoESpec, MLASpec
 from .parallel import ParallelConfig
 from .presets import model_from_name
+from .profiles import PROFILES, HardwareProfile, default_profile, load_profile, profile_from_dict
+from .step import estimate_step
 
 
 def _build(cls, data: dict, where: str, skip=()):
@@ -66,6 +70,7 @@ def parse_hardware(data) -> ClusterSpec:
     if not isinstance(data, dict):
         raise ConfigError("hardware must be an object like {'gpu': 'H100-80GB', 'nodes': 1, 'gpus_per_node': 8}")
     data = dict(data)
+    data.pop("profile", None)
     gpu = data.pop("gpu", "H100-80GB")
     gpu = gpu_from_name(gpu) if isinstance(gpu, str) else _build(GPUSpec, gpu, "hardware.gpu")
     return _build(ClusterSpec, {**data, "gpu": gpu}, "hardware")
@@ -73,6 +78,23 @@ def parse_hardware(data) -> ClusterSpec:
 
 def parse_parallel(data) -> ParallelConfig:
     return _build(ParallelConfig, data or {}, "parallel")
+
+
+def parse_profile(hardware, cluster: ClusterSpec) -> HardwareProfile:
+    spec = hardware.get("profile") if isinstance(hardware, dict) else None
+    base = default_profile(cluster.gpu.name)
+    if spec is None:
+        return base
+    if isinstance(spec, dict):
+        return _profile_cached(json.dumps(spec, sort_keys=True), base)
+    if isinstance(spec, str):
+        return PROFILES[spec] if spec in PROFILES else load_profile(spec)
+    raise ConfigError("hardware.profile must be a profile name, a JSON file path, or an object of overrides")
+
+
+@lru_cache(maxsize=64)
+def _profile_cached(text: str, base: HardwareProfile) -> HardwareProfile:
+    return profile_from_dict(json.loads(text), base)
 
 
 def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
@@ -89,7 +111,9 @@ def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
 
 def evaluate(scenario: dict) -> dict:
     model, cluster, par = parse(scenario)
-    return {"memory": estimate_memory(model, cluster, par).as_dict()}
+    profile = parse_profile(scenario.get("hardware"), cluster)
+    return {"memory": estimate_memory(model, cluster, par).as_dict(),
+            "step": estimate_step(model, cluster, par, profile).as_dict()}
 
 
 def evaluate_line(line: str) -> dict:

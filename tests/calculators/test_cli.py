@@ -17,6 +17,7 @@ CONTRACT_EXAMPLE = {
     "hardware": {"gpu": "H100-80GB", "nodes": 8, "gpus_per_node": 8},
     "parallel": {"dp": 8, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero": 1, "sp": True, "mbs": 1,
                  "gbs": 512, "seq": 8192, "recompute": "selective", "precision": "bf16", "schedule": "1f1b"}}
+STEP_KEYS = {"time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction"}
 MEMORY_KEYS = {"params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits"}
 
@@ -37,7 +38,7 @@ def test_contract_example_and_errors_keep_their_lines():
     assert out.returncode == 0, out.stderr
     answers = [json.loads(x) for x in out.stdout.splitlines()]
     assert len(answers) == 4
-    assert MEMORY_KEYS <= set(answers[0]["memory"]) and "step" not in answers[0]
+    assert MEMORY_KEYS <= set(answers[0]["memory"]) and STEP_KEYS <= set(answers[0]["step"])
     assert answers[1]["memory"]["total_gib"] > answers[1]["memory"]["capacity_gib"]   # 70B on one GPU
     assert answers[1]["memory"]["fits"] is False
     assert "tp=3 must divide heads=64" in answers[2]["error"] and "\n" not in answers[2]["error"]
@@ -102,4 +103,4 @@ def test_nothing_but_a_clear_error_escapes(scenario):
         # the CLI turns these into an {"error": ...} line too; check that it does
         assert "error" in evaluate_line(json.dumps(scenario))
         return
-    assert MEMORY_KEYS <= set(answer["memory"])
+    assert MEMORY_KEYS <= set(answer["memory"]) and STEP_KEYS <= set(answer["step"])

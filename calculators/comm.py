@@ -1,0 +1,134 @@
+"""Collective communication: where a group sits on the cluster, and how long a collective takes.
+
+Rank grid. Ranks are numbered with the innermost axis varying fastest, in Megatron's order
+tp, cp, ep, dp, pp (configurable): tp=8 on 8-GPU nodes fills a node, so TP talks over NVLink
+and DP and PP cross nodes. A group along an axis of size n whose ranks are `stride` apart puts
+`per_node` = min(n, max(1, gpus_per_node // stride)) members on each of n / per_node nodes.
+This is Alpa's rule made quantitative: the chatty intra-operator axes (TP, CP, EP) innermost,
+on fast links; the inter-operator axis (PP) and DP outermost, on slow links.
+
+Cost of one collective over a group, with S the buffer's bytes as nccl-tests counts it (all-
+reduce: the buffer; all-gather: the gathered output; reduce-scatter: the input; all-to-all:
+each rank's send buffer; p2p: the message), B a tier's bus bandwidth (profile efficiency x link
+GB/s) and alpha its per-step latency:
+    ring:  all-reduce 2(n-1) alpha + 2 (n-1)/n S/B;  all-gather, reduce-scatter, all-to-all
+           (n-1) alpha + (n-1)/n S/B;  broadcast (n-1) alpha + S/B;  p2p alpha + S/B
+    tree:  as ring but 2 log2(n) alpha for all-reduce (NCCL's double binary tree wins on latency)
+    hierarchical (a group on k GPUs in each of N > 1 nodes): all-reduce = intra-node
+           reduce-scatter + inter-node all-reduce of S/k on each of the k rails + intra-node
+           all-gather; all-gather and reduce-scatter likewise in two phases; all-to-all sends
+           (n-k)/n of its buffer over the NICs and (k-1)/n over NVLink at the same time.
+Across nodes each GPU gets min(link, fabric_gbps / N) when the fabric is shared.
+Worked example, H100 (NVLink 450 GB/s, 50 GB/s NIC per GPU), all-reduce of 256 MB over 16
+GPUs on 2 nodes: intra phases 2 x 7/8 x 256 MB / 459 GB/s = 0.98 ms, inter phase
+2 x 1/2 x 32 MB / 45 GB/s = 0.75 ms; busbw = 2 x 15/16 x 256 MB / 1.73 ms = 290 GB/s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .hardware import ClusterSpec
+from .parallel import ParallelConfig
+from .profiles import HardwareProfile
+
+DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
+_BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+               "broadcast": lambda n: 1.0, "p2p": lambda n: 1.0}
+
+
+@dataclass(frozen=True)
+class Group:
+    size: int                    # n ranks
+    per_node: int                # k ranks of the group on each node it touches
+    nodes: int                   # N nodes it spans
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+def axis_sizes(par: ParallelConfig) -> dict[str, int]:
+    """Sizes on the rank grid. EP splits the data-parallel ranks (Megatron: ep inside dp*cp),
+    so the grid's ep axis is ep and its dp axis the remaining dp / ep replicas of each expert."""
+    ep_in_dp = math.gcd(par.ep, par.dp)
+    return {"tp": par.tp, "cp": par.cp, "ep": ep_in_dp, "dp": par.dp // ep_in_dp, "pp": par.pp}
+
+
+def group(axes, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) -> Group:
+    """The placement of one group spanning `axes` (one name, or several: the dense gradients
+    reduce over ("cp", "ep", "dp"), every rank holding the same dense weights)."""
+    sizes = axis_sizes(par)
+    if sorted(order) != sorted(DEFAULT_ORDER):
+        raise ConfigError(f"rank order must be a permutation of {'-'.join(DEFAULT_ORDER)} (got {'-'.join(order)})")
+    members = (axes,) if isinstance(axes, str) else tuple(axes)
+    n = math.prod(sizes[a] for a in members)
+    if n == 1:
+        return Group(1, 1, 1)
+    inner = order[:min(order.index(a) for a in members)]
+    stride = math.prod(sizes[a] for a in inner)
+    g = cluster.gpus_per_node
+    per_node = min(n, max(1, g // stride))
+    return Group(n, per_node, math.ceil(n / per_node))
+
+
+def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:
+    """Bus bandwidth, bytes/s, of one GPU on a tier for one collective."""
+    gbps = cluster.intra_node_gbps if tier == "intra" else cluster.inter_node_gbps
+    if tier == "inter" and profile.fabric_gbps > 0:
+        gbps = min(gbps, profile.fabric_gbps / nodes)
+    return profile.efficiency[tier][op] * gbps * 1e9
+
+
+def _flat(op: str, nbytes: float, n: int, tier: str, cluster: ClusterSpec, profile: HardwareProfile,
+          nodes: int, algo: str) -> float:
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    alpha = profile.latency_us[tier] * 1e-6
+    steps = 1 if op == "p2p" else 2 * (n - 1) if op == "all_reduce" else n - 1
+    if op == "all_reduce" and algo in ("tree", "auto"):
+        tree = 2 * math.ceil(math.log2(n))
+        steps = tree if algo == "tree" else min(steps, tree)
+    return steps * alpha + _BUS_FACTOR[op](n) * nbytes / _link(tier, cluster, profile, op, nodes)
+
+
+def collective_time(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, profile: HardwareProfile,
+                    algo: str = "ring") -> float:
+    """Seconds for one collective of `nbytes` over `grp` (see the module docstring)."""
+    if op not in _BUS_FACTOR:
+        raise ConfigError(f"unknown collective {op!r}; choose one of {', '.join(_BUS_FACTOR)}")
+    n, k, N = grp.size, grp.per_node, grp.nodes
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    if N == 1:
+        return _flat(op, nbytes, n, "intra", cluster, profile, 1, algo)
+    if k == 1 or op in ("p2p", "broadcast"):
+        return _flat(op, nbytes, N if k == 1 else n, "inter", cluster, profile, N, algo)
+    if op == "all_to_all":
+        alpha = (n - 1) * profile.latency_us["inter"] * 1e-6
+        over_nics = (n - k) / n * nbytes / _link("inter", cluster, profile, op, N)
+        over_nvlink = (k - 1) / n * nbytes / _link("intra", cluster, profile, op, 1)
+        return alpha + max(over_nics, over_nvlink)
+    intra_op = {"all_reduce": ("reduce_scatter", "all_gather")}.get(op, (op,))
+    t = _flat(op, nbytes / k, N, "inter", cluster, profile, N, algo)
+    for phase in intra_op:
+        # An all-reduce's two intra-node phases run at the all-reduce's own efficiency (NVLink
+        # SHARP does them in the switch); all-gather/reduce-scatter at theirs.
+        t += _flat(phase, nbytes, k, "intra", cluster, profile, 1, algo) * (
+            profile.efficiency["intra"][phase] / profile.efficiency["intra"][op])
+    return t
+
+
+def bus_bandwidth(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, profile: HardwareProfile,
+                  algo: str = "ring") -> float:
+    """nccl-tests' busbw, GB/s: algorithm bandwidth times the collective's bus factor."""
+    t = collective_time(op, nbytes, grp, cluster, profile, algo)
+    return _BUS_FACTOR[op](grp.size) * nbytes / t / 1e9 if t else 0.0
+
+
+def whole_cluster(cluster: ClusterSpec, nodes: int | None = None) -> Group:
+    """All GPUs of `nodes` nodes (default: the cluster), as a benchmark's world group."""
+    N = nodes or cluster.nodes
+    return Group(N * cluster.gpus_per_node, cluster.gpus_per_node, N)

@@ -1,0 +1,183 @@
+"""Step time: compute + exposed communication + pipeline bubble + optimizer, and where it goes.
+
+    step = pipeline makespan (simulated: every micro-batch through every stage, with the
+           exposed TP/CP/EP communication inside each op and p2p between ranks)
+         + exposed data-parallel gradient sync (overlapped with the last micro-batch's backward)
+         + optimizer step + ZeRO-1/2's parameter all-gather after it
+
+Communication kinds and what hides them (profile.overlap gives the hidden fraction):
+- TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
+  and twice backward; without SP: all-reduce) sits on the critical path unless async TP hides it.
+- CP (ring attention): each rank sends its K and V around the ring while attention computes.
+- EP: token dispatch and combine all-to-all, twice forward and twice backward per MoE layer;
+  DualPipe hides it behind the paired micro-batch's compute.
+- DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), bucketed and
+  overlapped with backward; ZeRO-3 all-gathers weights before each layer's forward and backward
+  and reduce-scatters gradients, every micro-batch, prefetched behind compute.
+- PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary.
+
+MFU counts model FLOPs (flops.py, causal attention counted as half the square) against the
+dense bf16 peak; HFU adds recompute. Both are stated with their convention in `as_dict`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import flops as fl
+from .comm import collective_time, group
+from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
+from .hardware import ClusterSpec
+from .memory import rank_layer_params, stage_layers
+from .models import ModelSpec
+from .parallel import ParallelConfig
+from .pipeline import n_stages, simulate, stages_of_rank
+from .profiles import HardwareProfile, default_profile
+
+BF16 = 2
+GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    tflops_per_gpu: float
+    bubble_fraction: float
+    breakdown: dict = field(default_factory=dict)   # seconds per step on the slowest rank
+
+    def as_dict(self) -> dict:
+        return {"time_s": self.time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu, "bubble_fraction": self.bubble_fraction,
+                "breakdown_s": dict(self.breakdown),
+                "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
+                              "counted as half the square, over the dense bf16 peak; seconds per step"}
+
+
+def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
+    """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction)}."""
+    T = par.mbs * par.seq / par.cp
+    act = BF16 * T * model.hidden
+    out = {}
+    if par.tp > 1:
+        g = group("tp", par, cluster)
+        one = (collective_time("all_gather", act, g, cluster, profile) +
+               collective_time("reduce_scatter", act, g, cluster, profile)) if par.sp else \
+            collective_time("all_reduce", act, g, cluster, profile)
+        out["tp"] = (2 * one, 2 * one, profile.overlap["tp"])
+    if par.cp > 1:
+        kv = BF16 * T * 2 * model.kv_dim / par.tp
+        g = group("cp", par, cluster)
+        fwd = collective_time("all_gather", kv * par.cp, g, cluster, profile)
+        hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
+        out["cp"] = (fwd, 2 * fwd, hidden)
+    if moe_layer and par.ep > 1:
+        g = group("ep", par, cluster)
+        a2a = 2 * collective_time("all_to_all", act * model.moe.top_k / (par.tp if par.sp else 1), g, cluster, profile)
+        out["ep"] = (a2a, a2a, 1.0 if par.schedule == "dualpipe" else profile.overlap["ep"])
+    return out
+
+
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+                  profile: HardwareProfile | None = None) -> StepEstimate:
+    profile = profile or default_profile(cluster.gpu.name)
+    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+    v = par.vpp if par.schedule == "interleaved" else 1
+    T = par.mbs * par.seq / par.cp
+    kinds, parts = {}, {}
+    for moe in {model.is_moe_layer(i) for i in range(model.layers)}:
+        lt = layer_time(model, par, moe, gpu, profile)
+        comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
+        exp_f = sum(f * (1 - h) for f, _, h in comm.values())
+        exp_b = sum(b * (1 - h) for _, b, h in comm.values())
+        kinds[moe] = (lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight)
+        parts[moe] = (lt, comm)
+    layers = stage_layers(model, par)
+    S = n_stages(par.schedule, p, v)
+    f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
+    for r, rank_layers in enumerate(layers):
+        n_moe = model.moe_layers_in(rank_layers)
+        counts = {moe: (n_moe if moe else len(rank_layers) - n_moe) for moe in kinds}
+        stages = stages_of_rank(par.schedule, p, v, r)
+        for st in stages:                      # a rank's layers split evenly over its chunks
+            for moe, n in counts.items():
+                share = n / len(stages)
+                f[st] += share * kinds[moe][0]
+                b[st] += share * kinds[moe][1]
+                w[st] += share * kinds[moe][2]
+    ef, eb = embedding_time(model, par, gpu, profile)
+    of, ob, ow = output_layer_time(model, par, gpu, profile)
+    f[0] += ef
+    b[0] += eb
+    f[S - 1] += of
+    b[S - 1] += ob
+    w[S - 1] += ow
+    p2p_bytes = BF16 * T * model.hidden / (par.tp if par.sp else 1)
+    p2p = collective_time("p2p", p2p_bytes, group("pp", par, cluster), cluster, profile) if p > 1 else 0.0
+    timeline = simulate(par.schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+
+    # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
+    tail, tail_parts = 0.0, {}
+    dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
+    grad_bytes = GRAD_REDUCE_BYTES[par.framework]
+    per_kind = {moe: rank_layer_params(model, par, next(i for i in range(model.layers) if model.is_moe_layer(i) == moe))
+                for moe in kinds}
+    for r, rank_layers in enumerate(layers):
+        n_moe = model.moe_layers_in(rank_layers)
+        dense = expert = 0.0
+        for moe, (d, e) in per_kind.items():
+            n = n_moe if moe else len(rank_layers) - n_moe
+            dense, expert = dense + n * (d - e), expert + n * e
+        if r == 0:
+            dense += model.vocab * model.hidden / par.tp
+        if r == p - 1 and (not model.tied_embeddings or p > 1):
+            dense += model.vocab * model.hidden / par.tp
+        sync, exposed_extra = 0.0, 0.0
+        for params, g in ((dense, dense_g), (expert, expert_g)):
+            if params <= 0 or g.size <= 1:
+                continue
+            if par.zero == 0:
+                sync += collective_time("all_reduce", grad_bytes * params, g, cluster, profile)
+            elif par.zero in (1, 2):
+                sync += collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
+                exposed_extra += collective_time("all_gather", BF16 * params, g, cluster, profile)
+            else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
+                per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
+                    collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
+                compute = sum(f[st] + b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r))
+                exposed_extra += m * max(0.0, per_mb - profile.overlap["zero3"] * compute)
+        last_bwd = sum(b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r))
+        dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
+        shard = dense_g.size if par.zero >= 1 else 1
+        opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
+        if dp_exposed + exposed_extra + opt >= tail:
+            tail = dp_exposed + exposed_extra + opt
+            tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed,
+                          "optimizer": opt}
+    time_s = timeline.makespan + tail
+
+    tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
+    peak = gpu.bf16_tflops * 1e12
+    mflops = fl.model_flops_per_token(model, par.seq)
+    hflops = fl.hardware_flops_per_token(model, par.seq, par.recompute)
+    busiest = max(range(p), key=lambda r: timeline.busy[r])
+    breakdown = _breakdown(parts, layers[busiest], model, m, timeline, tail_parts)
+    return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
+                        hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
+                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
+
+
+def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
+    n_moe = model.moe_layers_in(rank_layers)
+    out = {"compute": 0.0, "recompute": 0.0}
+    for moe, (lt, comm) in parts.items():
+        n = m * (n_moe if moe else len(rank_layers) - n_moe)
+        out["compute"] += n * (lt.total - lt.recompute)
+        out["recompute"] += n * lt.recompute
+        for kind, (fw, bw, hidden) in comm.items():
+            out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw + bw) * (1 - hidden)
+            out[f"{kind}_hidden"] = out.get(f"{kind}_hidden", 0.0) + n * (fw + bw) * hidden
+    out["bubble"] = timeline.makespan - max(timeline.busy)
+    out.update(tail_parts)
+    return out
