@@ -45,7 +45,8 @@ def fit_network(profile: HardwareProfile, cluster: ClusterSpec, measured) -> Har
         return sum(math.log(bus_bandwidth(op, s, whole_cluster(cluster, n), cluster, trial) / bw) ** 2
                    for op, n, s, bw in multi)
 
-    grid = [0.0] + list(np.geomspace(1.0, 1e5, 161))
-    best = min(grid, key=loss)
+    best = min([0.0] + list(np.geomspace(1.0, 1e5, 21)), key=loss)   # coarse, then around the best
+    if best > 0:
+        best = min([best] + list(np.geomspace(best / 1.8, best * 1.8, 21)), key=loss)
     return replace(prof, fabric_gbps=float(best),
                    source=f"{prof.source}; network fitted to {len(measured)} bus-bandwidth measurements")

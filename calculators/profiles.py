@@ -19,7 +19,7 @@ Knobs:
   link (nccl-tests' busbw convention). `fabric_gbps` caps what N nodes share across the fabric
   (per-GPU inter-node bandwidth <= fabric_gbps / N; 0 = non-blocking).
 - overlap: the fraction of a communication that can hide behind compute when the framework
-  overlaps it (DP gradient buckets, ZeRO-3 prefetch, TP async, CP ring).
+  overlaps it (DP gradient buckets, ZeRO-3 prefetch, TP async, CP ring, EP all-to-all, PP sends).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class HardwareProfile:
     efficiency: dict = field(default_factory=lambda: {t: dict(v) for t, v in _H100_EFFICIENCY.items()})
     fabric_gbps: float = 0.0             # 0: non-blocking fabric
     overlap: dict = field(default_factory=lambda: {"dp": 0.9, "zero3": 0.8, "tp": 0.0, "cp": 0.9,
-                                                   "ep": 0.0})
+                                                   "ep": 0.0, "pp": 0.0})
 
     def __post_init__(self):
         p = []
@@ -75,7 +75,7 @@ class HardwareProfile:
                 p.append(f"profile.efficiency.{tier} lacks {', '.join(missing)}")
             if tier not in self.latency_us:
                 p.append(f"profile.latency_us lacks {tier!r}")
-        for kind in ("dp", "zero3", "tp", "cp", "ep"):
+        for kind in ("dp", "zero3", "tp", "cp", "ep", "pp"):
             v = self.overlap.get(kind)
             if not (isinstance(v, (int, float)) and 0 <= v <= 1):
                 p.append(f"profile.overlap.{kind} must be in [0, 1] (got {v!r})")

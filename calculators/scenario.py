@@ -86,15 +86,15 @@ def parse_profile(hardware, cluster: ClusterSpec) -> HardwareProfile:
     if spec is None:
         return base
     if isinstance(spec, dict):
-        return _profile_cached(json.dumps(spec, sort_keys=True), base)
+        return _profile_cached(json.dumps(spec, sort_keys=True), cluster.gpu.name)
     if isinstance(spec, str):
         return PROFILES[spec] if spec in PROFILES else load_profile(spec)
     raise ConfigError("hardware.profile must be a profile name, a JSON file path, or an object of overrides")
 
 
 @lru_cache(maxsize=64)
-def _profile_cached(text: str, base: HardwareProfile) -> HardwareProfile:
-    return profile_from_dict(json.loads(text), base)
+def _profile_cached(text: str, gpu_name: str) -> HardwareProfile:
+    return profile_from_dict(json.loads(text), default_profile(gpu_name))
 
 
 def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:

@@ -115,6 +115,13 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     w[S - 1] += ow
     p2p_bytes = BF16 * T * model.hidden / (par.tp if par.sp else 1)
     p2p = collective_time("p2p", p2p_bytes, group("pp", par, cluster), cluster, profile) if p > 1 else 0.0
+    # A blocking send holds its sender for the transfer (overlap["pp"] = 0: nanotron's and
+    # Megatron's 1F1B wait on their sends; async engines hide it): forwards send activations on,
+    # backwards send gradients back.
+    blocking = p2p * (1 - profile.overlap["pp"])
+    for st in range(S - 1):
+        f[st] += blocking
+        b[st + 1] += blocking
     timeline = simulate(par.schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
 
     # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
@@ -170,14 +177,17 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
 
 def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
     n_moe = model.moe_layers_in(rank_layers)
-    out = {"compute": 0.0, "recompute": 0.0}
+    out, hidden_s = {"compute": 0.0, "recompute": 0.0}, {}
     for moe, (lt, comm) in parts.items():
         n = m * (n_moe if moe else len(rank_layers) - n_moe)
         out["compute"] += n * (lt.total - lt.recompute)
         out["recompute"] += n * lt.recompute
         for kind, (fw, bw, hidden) in comm.items():
             out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw + bw) * (1 - hidden)
-            out[f"{kind}_hidden"] = out.get(f"{kind}_hidden", 0.0) + n * (fw + bw) * hidden
+            hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw + bw) * hidden
+    # the rest of the busiest rank's op time: embedding, output layer and loss, blocking p2p sends
+    out["other"] = max(timeline.busy) - sum(out.values())
     out["bubble"] = timeline.makespan - max(timeline.busy)
     out.update(tail_parts)
+    out.update({f"{kind}_hidden": v for kind, v in hidden_s.items()})
     return out

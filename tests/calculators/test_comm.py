@@ -1,0 +1,61 @@
+"""Collectives: placement on the rank grid, the cost formulas, and the docstring's worked example."""
+import pytest
+
+from calculators.comm import Group, bus_bandwidth, collective_time, group, whole_cluster
+from calculators.errors import ConfigError
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.parallel import ParallelConfig
+from calculators.profiles import default_profile
+
+H100 = gpu_from_name("H100-80GB")
+PROF = default_profile("H100-80GB")
+MiB = 2**20
+
+
+def test_megatron_rank_order_puts_tp_inside_a_node_and_dp_pp_across():
+    cluster = ClusterSpec(H100, nodes=16)
+    par = ParallelConfig(tp=8, pp=4, dp=4, gbs=64)
+    assert group("tp", par, cluster) == Group(8, 8, 1)
+    assert group("dp", par, cluster) == Group(4, 1, 4)          # one GPU per node, 4 nodes
+    assert group("pp", par, cluster) == Group(4, 1, 4)
+    par = ParallelConfig(tp=2, dp=8, gbs=64)
+    cluster = ClusterSpec(H100, nodes=2)
+    assert group("dp", par, cluster) == Group(8, 4, 2)          # stride 2: 4 per node on 2 nodes
+    assert group(("cp", "ep", "dp"), par, cluster) == Group(8, 4, 2)
+    with pytest.raises(ConfigError, match="permutation"):
+        group("tp", par, cluster, order=("tp", "dp", "pp"))
+
+
+def test_worked_example_of_the_docstring():
+    cluster = ClusterSpec(H100, nodes=2)
+    g = Group(16, 8, 2)
+    assert collective_time("all_reduce", 256 * MiB, g, cluster, PROF) == pytest.approx(1.82e-3, rel=0.01)
+    assert bus_bandwidth("all_reduce", 256 * MiB, g, cluster, PROF) == pytest.approx(276, rel=0.01)
+
+
+def test_ring_formulas_on_one_node():
+    cluster = ClusterSpec(H100, nodes=1)
+    g, S, a = Group(8, 8, 1), 512 * MiB, PROF.latency_us["intra"] * 1e-6
+    bw = lambda op: PROF.efficiency["intra"][op] * 450e9
+    assert collective_time("all_gather", S, g, cluster, PROF) == pytest.approx(7 * a + 7 / 8 * S / bw("all_gather"))
+    assert collective_time("all_reduce", S, g, cluster, PROF) == pytest.approx(14 * a + 2 * 7 / 8 * S / bw("all_reduce"))
+    # tree all-reduce only shortens the latency term: 2 log2(8) = 6 steps instead of 14
+    assert collective_time("all_reduce", S, g, cluster, PROF, "tree") == pytest.approx(6 * a + 2 * 7 / 8 * S / bw("all_reduce"))
+    assert collective_time("all_reduce", 1024, g, cluster, PROF, "auto") < collective_time("all_reduce", 1024, g, cluster, PROF)
+    assert collective_time("all_reduce", S, Group(1, 1, 1), cluster, PROF) == 0.0
+    with pytest.raises(ConfigError, match="unknown collective"):
+        collective_time("gather", S, g, cluster, PROF)
+
+
+def test_crossing_nodes_costs_more_and_the_fabric_cap_bites_with_node_count():
+    from dataclasses import replace
+    cluster = ClusterSpec(H100, nodes=64)
+    one, two = whole_cluster(cluster, 1), whole_cluster(cluster, 2)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert bus_bandwidth(op, 256 * MiB, two, cluster, PROF) < bus_bandwidth(op, 256 * MiB, one, cluster, PROF)
+    capped = replace(PROF, fabric_gbps=100)
+    bws = [bus_bandwidth("all_reduce", 256 * MiB, whole_cluster(cluster, n), cluster, capped) for n in (4, 8, 16, 32)]
+    assert all(b2 < b1 / 1.6 for b1, b2 in zip(bws, bws[1:]))    # about halving per doubling
+    # p2p between nodes runs at the NIC share, inside a node at NVLink
+    assert collective_time("p2p", 64 * MiB, Group(2, 1, 2), cluster, PROF) > \
+        4 * collective_time("p2p", 64 * MiB, Group(2, 2, 1), cluster, PROF)

@@ -1,0 +1,99 @@
+"""Step time: the contract's numbers agree with each other and move the right way."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from calculators import flops as fl
+from calculators.compute import gemm_time, layer_time
+from calculators.errors import ConfigError
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.parallel import ParallelConfig
+from calculators.presets import model_from_name
+from calculators.profiles import default_profile, load_profile, profile_from_dict, save_profile
+from calculators.scenario import evaluate
+from calculators.step import estimate_step
+
+H100 = gpu_from_name("H100-80GB")
+PROF = default_profile("H100-80GB")
+L8B = model_from_name("llama3-8b")
+
+
+def _step(**kw):
+    nodes = kw.pop("nodes", 1)
+    par = ParallelConfig(**{"gbs": 64, "seq": 4096, **kw})
+    return estimate_step(L8B, ClusterSpec(H100, nodes=nodes), par)
+
+
+def test_outputs_agree_with_each_other():
+    s = _step(dp=2, tp=2, pp=2, sp=True, zero=1, recompute="selective")
+    tokens = 64 * 4096
+    assert s.tokens_per_s_per_gpu == pytest.approx(tokens / s.time_s / 8)
+    assert s.mfu == pytest.approx(s.tokens_per_s_per_gpu * fl.model_flops_per_token(L8B, 4096) / 989.4e12)
+    assert s.hfu > s.mfu
+    assert s.tflops_per_gpu == pytest.approx(s.mfu * 989.4)
+    # the breakdown accounts for the step on the slowest rank (hidden communication excluded)
+    b = s.breakdown
+    shown = sum(v for k, v in b.items() if not k.endswith("_hidden"))
+    assert shown == pytest.approx(s.time_s)
+    assert min(b.values()) >= 0
+    assert 0 < s.mfu < PROF.gemm_fraction
+
+
+def test_more_microbatches_shrink_the_bubble():
+    few, many = _step(dp=2, pp=4, gbs=8), _step(dp=2, pp=4, gbs=128)
+    # (p-1)/m = 3/4 with equal stages; the last stage (logits) is the busiest, so it idles less
+    assert 0.5 < few.bubble_fraction <= 0.75
+    assert many.bubble_fraction < few.bubble_fraction / 8
+    assert many.tokens_per_s_per_gpu > few.tokens_per_s_per_gpu
+    inter = _step(dp=2, pp=4, vpp=2, schedule="interleaved", gbs=8)
+    assert inter.bubble_fraction < few.bubble_fraction
+
+
+def test_recompute_costs_time_and_fp8_only_speeds_gemms():
+    base, full = _step(dp=8), _step(dp=8, recompute="full")
+    assert full.time_s > base.time_s * 1.2 and full.breakdown["recompute"] > 0
+    par = ParallelConfig(mbs=1, seq=4096, gbs=8)
+    bf16 = layer_time(L8B, par, False, H100, PROF)
+    fp8 = layer_time(L8B, replace(par, precision="fp8"), False, H100, PROF)
+    assert fp8.gemm < bf16.gemm and fp8.attention == bf16.attention and fp8.memory_bound == bf16.memory_bound
+
+
+def test_gemm_efficiency_falls_with_small_shards():
+    big = 2 * 8192**3 / gemm_time(8192, 8192, 8192, H100, PROF)
+    small = 2 * 8192 * 512 * 8192 / gemm_time(8192, 512, 8192, H100, PROF)
+    assert big > 1.5 * small
+    assert big / 989.4e12 == pytest.approx(PROF.gemm_fraction * 8192 / (8192 + PROF.gemm_half_dim))
+
+
+def test_tp_across_nodes_is_slower_than_inside():
+    inside = _step(nodes=2, tp=8, dp=2, sp=True)
+    across = _step(nodes=2, tp=16 // 2, dp=2, sp=True)
+    assert inside.time_s == pytest.approx(across.time_s)
+    wide = estimate_step(model_from_name("llama3-70b"), ClusterSpec(H100, nodes=2),
+                         ParallelConfig(tp=16, dp=1, sp=True, gbs=16, seq=4096))
+    narrow = estimate_step(model_from_name("llama3-70b"), ClusterSpec(H100, nodes=2),
+                           ParallelConfig(tp=8, pp=2, sp=True, gbs=16, seq=4096))
+    assert wide.breakdown["tp_exposed"] > 3 * narrow.breakdown["tp_exposed"]
+
+
+def test_profiles_load_from_files_and_report_bad_keys(tmp_path):
+    path = tmp_path / "cluster.json"
+    save_profile(replace(PROF, name="mine", fabric_gbps=100), path)
+    assert load_profile(path).fabric_gbps == 100
+    assert profile_from_dict({"gemm_fraction": 0.5}).gemm_fraction == 0.5
+    with pytest.raises(ConfigError, match="unknown key 'gemm'"):
+        profile_from_dict({"gemm": 0.5})
+    with pytest.raises(ConfigError, match="overlap.dp"):
+        profile_from_dict({"overlap": {"dp": 2}})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_profile(bad)
+    # a scenario can name a file or override knobs inline; slower kernels, slower step
+    sc = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB"}, "parallel": {"dp": 8, "gbs": 64}}
+    fast = evaluate(sc)["step"]["time_s"]
+    slow = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": {"gemm_fraction": 0.35}}})["step"]["time_s"]
+    from_file = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": str(path)}})["step"]["time_s"]
+    assert slow > 1.5 * fast and from_file == pytest.approx(fast)
+    json.dumps(evaluate(sc))                                   # the answer is plain JSON

@@ -1,0 +1,28 @@
+"""The time model against the measured nanotron runs (validation/time.py).
+
+What these assert is what the model reaches today, as guards against regressions. The time-model
+issue's throughput targets (median error <= 15% and p90 <= 35% on every successful run; picking
+>= 85% of the best) are NOT met on multi-node runs; see the README's time-model section.
+"""
+import subprocess
+import sys
+
+from validation.time import check
+
+
+def test_bus_bandwidth_within_25_percent_with_one_fitted_knob():
+    c = check()
+    assert len(c.busbw) == 21
+    for op, nodes, measured, predicted, fitted in c.busbw:
+        assert abs(predicted / measured - 1) <= 0.25, (op, nodes, measured, predicted)
+    # all-gather and reduce-scatter are predicted, not fitted
+    assert sum(not fitted for *_, fitted in c.busbw) == 14
+    # one node: no network in question; the compute model alone
+    runs, median, _ = c.one_node
+    assert runs >= 60 and median <= 0.20
+    assert c.cells >= 25 and c.pick_ratio >= 0.80
+
+
+def test_script_prints_the_tables():
+    out = subprocess.run([sys.executable, "-m", "validation.time"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Bus bandwidth" in out.stdout and "Picking" in out.stdout

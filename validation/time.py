@@ -1,0 +1,134 @@
+"""Predicted vs measured step time and bus bandwidth on the Ultra-Scale Playbook's nanotron runs.
+
+    python -m validation.time
+
+1. Bus bandwidth. The runs logged AllReduce / AllGather / ReduceScatter bus bandwidth (256 MB)
+   at 1 to 64 nodes. The median per node count is the cluster's typical state. One knob,
+   `fabric_gbps`, is fitted to the all-reduce medians only (calculators/calibrate.py); all-
+   gather and reduce-scatter are then predicted, not fitted.
+2. Throughput. Each run's tokens/s/GPU is predicted with the H100 profile, its network set from
+   the bus bandwidths that run itself measured (the cluster's state during that job: the same
+   fit, per run). Median and 90th-percentile absolute error, overall, on one node (no network
+   in question) and per node count.
+3. Picking. Within each (model, nodes) cell, the measured config the model predicts fastest
+   among those it predicts to fit: its measured throughput over the best measured one.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from calculators.calibrate import fit_network
+from calculators.comm import bus_bandwidth, whole_cluster
+from calculators.errors import ConfigError
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.memory import estimate_memory
+from calculators.profiles import default_profile
+from calculators.step import estimate_step
+from validation.nanotron import SOURCE, load_runs
+
+SIZE = 256 * 2**20                 # the playbook's message size for these columns ("size=256MB")
+NODES = (1, 2, 4, 8, 16, 32, 64)
+COLUMNS = {"all_reduce": ("AllReduce (GB/s)", "AR Intra-node (GB/s)"),
+           "all_gather": ("AllGather (GB/s)", "AG Intra-node (GB/s)"),
+           "reduce_scatter": ("ReduceScatter (GB/s)", "RS Intra-node (GB/s)")}
+CLUSTER = ClusterSpec(gpu_from_name("H100-80GB"), nodes=64, gpus_per_node=8)
+
+
+@dataclass
+class TimeCheck:
+    busbw: list                  # (op, nodes, measured median, predicted, fitted?)
+    fabric_gbps: float
+    runs: int
+    median_error: float
+    p90_error: float
+    one_node: tuple              # (runs, median, p90)
+    by_nodes: dict               # nodes -> (runs, median, p90, median signed)
+    pick_ratio: float            # mean over cells of measured(picked) / best measured
+    cells: int
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def _measured(run) -> list:
+    out = []
+    for op, (inter, intra) in COLUMNS.items():
+        if run.busbw.get(intra):
+            out.append((op, 1, SIZE, run.busbw[intra]))
+        if run.cluster.nodes > 1 and run.busbw.get(inter):
+            out.append((op, run.cluster.nodes, SIZE, run.busbw[inter]))
+    return out
+
+
+def busbw_check(runs) -> tuple[list, float]:
+    medians = {}
+    for op, (inter, intra) in COLUMNS.items():
+        for n in NODES:
+            col = intra if n == 1 else inter
+            xs = [r.busbw[col] for r in runs if r.cluster.nodes == n and r.busbw.get(col)]
+            if xs:
+                medians[(op, n)] = statistics.median(xs)
+    fit_on = [(op, n, SIZE, bw) for (op, n), bw in medians.items() if op == "all_reduce"]
+    prof = fit_network(default_profile("H100-80GB"), CLUSTER, fit_on)
+    rows = [(op, n, bw, bus_bandwidth(op, SIZE, whole_cluster(CLUSTER, n), CLUSTER, prof), op == "all_reduce")
+            for (op, n), bw in sorted(medians.items(), key=lambda x: (x[0][0], x[0][1]))]
+    return rows, prof.fabric_gbps
+
+
+def check() -> TimeCheck:
+    runs = load_runs()
+    rows, fabric = busbw_check(runs)
+    base = default_profile("H100-80GB")
+    ok = [r for r in runs if r.outcome == "ok" and r.tokens_per_s_per_gpu]
+    errors, cells = [], defaultdict(list)
+    for run in ok:
+        try:
+            prof = fit_network(base, run.cluster, _measured(run))
+            step = estimate_step(run.model, run.cluster, run.par, prof)
+            fits = estimate_memory(run.model, run.cluster, run.par).fits
+        except ConfigError:
+            continue
+        errors.append((run, step.tokens_per_s_per_gpu / run.tokens_per_s_per_gpu - 1))
+        cells[(run.model.name, run.cluster.nodes)].append((step.tokens_per_s_per_gpu, fits, run.tokens_per_s_per_gpu))
+    ab = [abs(e) for _, e in errors]
+    by_nodes = {}
+    for n in NODES:
+        es = [e for r, e in errors if r.cluster.nodes == n]
+        if es:
+            by_nodes[n] = (len(es), statistics.median(map(abs, es)), _pct(list(map(abs, es)), 0.9), statistics.median(es))
+    ratios = []
+    for entries in cells.values():
+        if len(entries) < 2:
+            continue
+        candidates = [e for e in entries if e[1]] or entries
+        picked = max(candidates, key=lambda e: e[0])
+        ratios.append(picked[2] / max(e[2] for e in entries))
+    one = by_nodes.get(1, (0, float("nan"), float("nan"), 0))
+    return TimeCheck(busbw=rows, fabric_gbps=fabric, runs=len(errors), median_error=statistics.median(ab),
+                     p90_error=_pct(ab, 0.9), one_node=one[:3], by_nodes=by_nodes,
+                     pick_ratio=statistics.mean(ratios), cells=len(ratios))
+
+
+def main() -> None:
+    c = check()
+    print(f"Source: {SOURCE}\n")
+    print(f"## Bus bandwidth, {SIZE // 2**20} MiB, median of the runs' measurements (GB/s)\n")
+    print(f"fabric_gbps fitted to the all-reduce rows: {c.fabric_gbps:.0f}\n")
+    print("| collective | nodes | measured | predicted | error | |\n|---|---|---|---|---|---|")
+    for op, n, meas, pred, fitted in c.busbw:
+        print(f"| {op} | {n} | {meas:.1f} | {pred:.1f} | {pred / meas - 1:+.0%} | {'fitted' if fitted else 'predicted'} |")
+    print(f"\n## Tokens/s/GPU on {c.runs} successful runs (network per run from its own measurements)\n")
+    print(f"median absolute error {c.median_error:.1%}, 90th percentile {c.p90_error:.1%}\n")
+    print("| nodes | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|")
+    for n, (k, med, p90, signed) in c.by_nodes.items():
+        print(f"| {n} | {k} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
+    print(f"\n## Picking the fastest config per (model, nodes) cell\n\n{c.cells} cells: the config predicted "
+          f"fastest reaches on average {c.pick_ratio:.1%} of the best measured throughput.")
+
+
+if __name__ == "__main__":
+    main()
