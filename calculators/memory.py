@@ -139,7 +139,8 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
              for moe in {model.is_moe_layer(i) for i in range(model.layers)}}
     stages = []
     for rank, layers in enumerate(stage_layers(model, par)):
-        first, last = rank == 0, rank == par.pp - 1
+        # DualPipeV's V puts the first and the last stage on rank 0
+        first, last = rank == 0, rank == (0 if par.schedule == "dualpipe" else par.pp - 1)
         n_moe = model.moe_layers_in(layers)
         counts = {moe: (n_moe if moe else len(layers) - n_moe) for moe in kinds}
         expert = sum(n * kinds[moe][1] for moe, n in counts.items())

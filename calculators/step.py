@@ -136,9 +136,10 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         for moe, (d, e) in per_kind.items():
             n = n_moe if moe else len(rank_layers) - n_moe
             dense, expert = dense + n * (d - e), expert + n * e
-        if r == 0:
+        mine = stages_of_rank(par.schedule, p, v, r)
+        if 0 in mine:
             dense += model.vocab * model.hidden / par.tp
-        if r == p - 1 and (not model.tied_embeddings or p > 1):
+        if S - 1 in mine and (not model.tied_embeddings or p > 1):
             dense += model.vocab * model.hidden / par.tp
         sync, exposed_extra = 0.0, 0.0
         for params, g in ((dense, dense_g), (expert, expert_g)):

@@ -151,3 +151,17 @@ def test_recompute_order(d):
     except ValueError:
         return
     assert totals[0] >= totals[1] >= totals[2]
+
+
+def test_dualpipe_keeps_both_ends_on_rank_zero():
+    from calculators.hardware import ClusterSpec, gpu_from_name
+    from calculators.memory import estimate_memory
+    from calculators.parallel import ParallelConfig
+    from calculators.presets import model_from_name
+    model = model_from_name("llama3-8b")
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=1)
+    dual = estimate_memory(model, cluster, ParallelConfig(pp=4, dp=2, gbs=32, schedule="dualpipe"))
+    one = estimate_memory(model, cluster, ParallelConfig(pp=4, dp=2, gbs=32, schedule="1f1b"))
+    # the output layer's weights sit with the embedding on rank 0 in DualPipeV's V
+    assert dual.stages[0].params > dual.stages[3].params
+    assert one.stages[3].params > one.stages[1].params
