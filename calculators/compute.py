@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .activations import BF16, tokens
 from .flops import attention_flops
 from .hardware import GPUSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig
 from .profiles import HardwareProfile
-
-BF16 = 2
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def _memory_bound_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, 
 
 def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUSpec,
                profile: HardwareProfile) -> LayerTime:
-    T = par.mbs * par.seq / par.cp
+    T = tokens(par)
     gemm = _layer_gemms(model, par, moe_layer, T, gpu, profile)
     # Attention: this GPU's heads (a/tp) for its T queries; causal work over the full context.
     attn_flops = T * attention_flops(model, par.seq, causal=True) / par.tp
@@ -120,7 +119,7 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:
     """(forward, input-backward, weight-backward) of the final norm, output GEMM and the loss:
     the fp32 logits are written, read for the softmax and its gradient (4 passes of T*V/tp*4 B)."""
-    T = par.mbs * par.seq / par.cp
+    T = tokens(par)
     g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
     loss = memory_time(4 * 4 * T * model.vocab / par.tp, 4, gpu, profile)
     return g + loss / 2, g + loss / 2, g
@@ -128,7 +127,7 @@ def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profi
 
 def embedding_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float]:
     """(forward, backward) of the token embedding: a gather, then a scatter-add of gradients."""
-    T = par.mbs * par.seq / par.cp
+    T = tokens(par)
     t = memory_time(2 * BF16 * T * model.hidden, 1, gpu, profile)
     return t, 2 * t
 

@@ -121,8 +121,9 @@ def rank_layer_params(model: ModelSpec, par: ParallelConfig, layer: int) -> tupl
     return dense, expert
 
 
-def _first_layer(model: ModelSpec, moe: bool) -> int:
-    return next(i for i in range(model.layers) if model.is_moe_layer(i) == moe)
+def kind_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of one layer of a kind (MoE or dense MLP)."""
+    return rank_layer_params(model, par, next(i for i in range(model.layers) if model.is_moe_layer(i) == moe))
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:
@@ -133,8 +134,7 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
     m = par.microbatches
     T = act.tokens(par)
     # Layers come in two kinds (dense MLP, MoE); evaluate each kind once, then count per stage.
-    kinds = {moe: (sum(rank_layer_params(model, par, _first_layer(model, moe))),
-                   rank_layer_params(model, par, _first_layer(model, moe))[1],
+    kinds = {moe: (sum(kind_params(model, par, moe)), kind_params(model, par, moe)[1],
                    act.layer_activations(model, par, moe), act.saved_per_layer(model, par, moe))
              for moe in {model.is_moe_layer(i) for i in range(model.layers)}}
     stages = []

@@ -24,16 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import flops as fl
+from .activations import BF16, tokens
 from .comm import collective_time, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
 from .hardware import ClusterSpec
-from .memory import rank_layer_params, stage_layers
+from .memory import kind_params, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
 from .pipeline import n_stages, simulate, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 
-BF16 = 2
 GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
 
 
@@ -57,7 +57,7 @@ class StepEstimate:
 
 def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
     """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction)}."""
-    T = par.mbs * par.seq / par.cp
+    T = tokens(par)
     act = BF16 * T * model.hidden
     out = {}
     if par.tp > 1:
@@ -84,7 +84,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     profile = profile or default_profile(cluster.gpu.name)
     gpu, p, m = cluster.gpu, par.pp, par.microbatches
     v = par.vpp if par.schedule == "interleaved" else 1
-    T = par.mbs * par.seq / par.cp
+    T = tokens(par)
     kinds, parts = {}, {}
     for moe in {model.is_moe_layer(i) for i in range(model.layers)}:
         lt = layer_time(model, par, moe, gpu, profile)
@@ -128,8 +128,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
-    per_kind = {moe: rank_layer_params(model, par, next(i for i in range(model.layers) if model.is_moe_layer(i) == moe))
-                for moe in kinds}
+    per_kind = {moe: kind_params(model, par, moe) for moe in kinds}
     for r, rank_layers in enumerate(layers):
         n_moe = model.moe_layers_in(rank_layers)
         dense = expert = 0.0
