@@ -78,11 +78,15 @@ def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
 
     Even split, earlier ranks taking the remainder (np.array_split), with virtual stages dealt
     round-robin: p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7].
+    `par.split` (the planner's choice) gives each rank its count of contiguous layers.
     nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank
     is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the
     output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
     """
     L, p, v = model.layers, par.pp, par.vpp
+    if par.split:
+        starts = [sum(par.split[:r]) for r in range(p)]
+        return [list(range(s, s + n)) for s, n in zip(starts, par.split)]
     if par.framework == "nanotron" and v == 1 and p > 1:
         return _cost_split(model, p)
     chunks = p * v
@@ -126,19 +130,22 @@ def kind_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float
     return rank_layer_params(model, par, next(i for i in range(model.layers) if model.is_moe_layer(i) == moe))
 
 
-def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:
-    warnings = check_layout(model, cluster, par)
-    layout = bytes_per_param(par.framework, par.zero)
-    dense_shard = par.dp * par.cp
-    expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
-    m = par.microbatches
-    T = act.tokens(par)
-    # Layers come in two kinds (dense MLP, MoE); evaluate each kind once, then count per stage.
-    kinds = {moe: (sum(kind_params(model, par, moe)), kind_params(model, par, moe)[1],
-                   act.layer_activations(model, par, moe), act.saved_per_layer(model, par, moe))
-             for moe in {model.is_moe_layer(i) for i in range(model.layers)}}
-    stages = []
-    for rank, layers in enumerate(stage_layers(model, par)):
+class _Context:
+    """What every stage of one layout shares: the framework's bytes per parameter, and each layer
+    kind (dense MLP, MoE) evaluated once."""
+
+    def __init__(self, model: ModelSpec, par: ParallelConfig):
+        self.model, self.par = model, par
+        self.layout = bytes_per_param(par.framework, par.zero)
+        self.dense_shard = par.dp * par.cp
+        self.expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
+        self.T = act.tokens(par)
+        self.kinds = {moe: (sum(kind_params(model, par, moe)), kind_params(model, par, moe)[1],
+                            act.layer_activations(model, par, moe), act.saved_per_layer(model, par, moe))
+                      for moe in {model.is_moe_layer(i) for i in range(model.layers)}}
+
+    def stage(self, rank: int, layers) -> StageMemory:
+        model, par, kinds = self.model, self.par, self.kinds
         # DualPipeV's V puts the first and the last stage on rank 0
         first, last = rank == 0, rank == (0 if par.schedule == "dualpipe" else par.pp - 1)
         n_moe = model.moe_layers_in(layers)
@@ -151,8 +158,9 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
             dense += model.norm_params
             if not model.tied_embeddings or par.pp > 1:   # tied: the last stage keeps its own copy
                 dense += model.vocab * model.hidden / par.tp
-        role = {r: dense * (rep + sh / dense_shard) + expert * (rep + sh / expert_shard)
-                for r, (rep, sh) in layout.items()}
+        role = {r: dense * (rep + sh / self.dense_shard) + expert * (rep + sh / self.expert_shard)
+                for r, (rep, sh) in self.layout.items()}
+        m = par.microbatches
         inflight = inflight_microbatches(par.schedule, par.pp, par.vpp, m, rank)
         present = [moe for moe, n in counts.items() if n]
         saved = sum(n * kinds[moe][3] for moe, n in counts.items())
@@ -167,13 +175,25 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
             out_inflight = inflight if par.schedule != "zb" else inflight_microbatches("1f1b", par.pp, 1, m, rank)
             activations += min(out_inflight, m) * kept + transient
         biggest_layer = max((kinds[moe][0] for moe in present), default=0.0)
-        other = retained_buffers(par.framework, par.zero, T * model.hidden, 2 * biggest_layer)
+        other = retained_buffers(par.framework, par.zero, self.T * model.hidden, 2 * biggest_layer)
         resident = sum(role.values()) + other
-        stages.append(StageMemory(
+        return StageMemory(
             stage=rank, layers=len(layers), params=dense + expert, weights_gib=role["weights"] / GIB,
             grads_gib=role["grads"] / GIB, master_gib=role["master"] / GIB, optimizer_gib=role["optimizer"] / GIB,
-            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=resident / GIB))
-    return MemoryEstimate(stages=tuple(stages), capacity_gib=cluster.gpu.memory_gib, warnings=tuple(warnings))
+            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=resident / GIB)
+
+
+def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:
+    warnings = check_layout(model, cluster, par)
+    ctx = _Context(model, par)
+    stages = tuple(ctx.stage(rank, layers) for rank, layers in enumerate(stage_layers(model, par)))
+    return MemoryEstimate(stages=stages, capacity_gib=cluster.gpu.memory_gib, warnings=tuple(warnings))
+
+
+def stage_memory_fn(model: ModelSpec, par: ParallelConfig):
+    """`fn(rank, layer_indices) -> StageMemory` for any layers on any rank of this layout (the
+    planner's layer-to-stage split asks what a rank would hold with other layers)."""
+    return _Context(model, par).stage
 
 
 def memory_dict(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> dict:

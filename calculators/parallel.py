@@ -37,8 +37,11 @@ class ParallelConfig:
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
+    split: tuple = ()            # layers held by each pipeline rank (first to last); () = even
 
     def __post_init__(self):
+        if isinstance(self.split, list):
+            object.__setattr__(self, "split", tuple(self.split))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if isinstance(self.tp, int) else 1)
         p: list[str] = []
@@ -50,6 +53,9 @@ class ParallelConfig:
         require(p, self.recompute in RECOMPUTE, f"parallel.recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
         require(p, self.precision in ("bf16", "fp8"), f"parallel.precision must be 'bf16' or 'fp8' (got {self.precision!r})")
         require(p, self.schedule in SCHEDULES, f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
+        require(p, isinstance(self.split, tuple) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.split),
+            f"parallel.split must list the layers of each pipeline rank, each >= 1 (got {self.split!r})")
         require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
@@ -87,6 +93,11 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     m = max(1, par.gbs // (d * par.mbs))
     require(p, model.layers >= pp * v,
             f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
+    if par.split:
+        require(p, len(par.split) == pp and sum(par.split) == model.layers,
+                f"split={list(par.split)} must give each of the pp={pp} ranks its layers, {model.layers} in all")
+        require(p, v == 1 and par.schedule != "dualpipe",
+                "a non-uniform split needs one stage per rank (vpp=1, a schedule other than dualpipe)")
     if v > 1:
         require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
         require(p, model.layers % (pp * v) == 0,
@@ -99,7 +110,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if pp > 1 and m < pp and par.schedule in ("1f1b", "zb"):
         w.append(f"only m={m} microbatches for pp={pp} stages: the pipeline never fills "
                  f"(bubble (p-1)/m = {(pp - 1) / m:.2f}); raise gbs or lower mbs")
-    if v == 1 and model.layers % pp:
+    if v == 1 and model.layers % pp and not par.split:
         w.append(f"layers={model.layers} is not a multiple of pp={pp}: stages hold unequal layer counts")
     if model.moe is None:
         require(p, e == 1, f"ep={e} needs a mixture-of-experts model; set ep=1")

@@ -327,6 +327,16 @@ def inflight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -
     """
     if pp == 1:
         return 1.0
+    # The simulator's counts in closed form where they are exact (tests/calculators/test_pipeline.py
+    # checks them on every p <= 8, m < 40): the planner asks for thousands of shapes.
+    if schedule == "1f1b":
+        return float(min(pp - rank, m))
+    if schedule == "zb":
+        return float(min(pp, m))
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "dualpipe" and m >= 2 * pp:
+        return pp + 0.5
     return _peaks(schedule, pp, vpp if schedule == "interleaved" else 1, m)[rank]
 
 

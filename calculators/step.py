@@ -31,7 +31,7 @@ from .hardware import ClusterSpec
 from .memory import kind_params, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
-from .pipeline import n_stages, simulate, stages_of_rank
+from .pipeline import Timeline, n_stages, simulate, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 
 GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
@@ -79,10 +79,21 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
     return out
 
 
-def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
-                  profile: HardwareProfile | None = None) -> StepEstimate:
-    profile = profile or default_profile(cluster.gpu.name)
-    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-micro-batch cost of every pipeline stage, with exposed TP/CP/EP communication inside."""
+    f: tuple                     # forward, per stage
+    b: tuple                     # backward-input (B = b + w), per stage
+    w: tuple                     # backward-weight, per stage
+    p2p: float                   # one activation send between two pipeline ranks
+    layer: dict                  # per layer kind (moe?): (forward, backward-input, backward-weight)
+    parts: dict                  # per layer kind: (LayerTime, {comm kind: (fwd, bwd, hidden)})
+    layers: tuple                # layer indices per pipeline rank
+
+
+def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+                profile: HardwareProfile) -> StageCosts:
+    gpu, p = cluster.gpu, par.pp
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
     kinds, parts = {}, {}
@@ -122,13 +133,48 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for st in range(S - 1):
         f[st] += blocking
         b[st + 1] += blocking
-    timeline = simulate(par.schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, tuple(map(tuple, layers)))
+
+
+def pipeline_time(schedule: str, p: int, m: int, v: int, costs: StageCosts) -> float:
+    """The pipeline's makespan in closed form, for a planner that scores thousands of layouts
+    (the simulator times the finalists). With B_r a rank's work per micro-batch:
+    m max(B_r) + fill and drain, where fill and drain is the other ranks' work once ((p-1)B
+    when balanced: the (p-1)/m bubble), divided by v interleaved; ZB-H1's W's fill the drain,
+    leaving F + I - W per rank (a third of 1F1B's when F = I = W); each rank boundary pays one
+    p2p latency going down and one coming back."""
+    S = len(costs.f)
+    busy = [sum(costs.f[st] + costs.b[st] + costs.w[st] for st in stages_of_rank(schedule, p, v, r))
+            for r in range(p)]
+    top = max(range(p), key=busy.__getitem__)
+    if schedule == "zb":
+        fill = sum(max(0.0, costs.f[r] + costs.b[r] - costs.w[r]) for r in range(p) if r != top)
+    elif schedule == "dualpipe":   # two micro-batches' F and B overlap: about half of 1F1B's fill
+        fill = (sum(busy) - busy[top]) / 2
+    else:
+        fill = (sum(busy) - busy[top]) / v
+    return m * busy[top] + fill + 2 * (p - 1) * costs.p2p * (S > 1)
+
+
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+                  profile: HardwareProfile | None = None, pipeline: str = "simulate") -> StepEstimate:
+    """pipeline="simulate" times every op (the answer); "closed" uses `pipeline_time` (fast)."""
+    profile = profile or default_profile(cluster.gpu.name)
+    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+    v = par.vpp if par.schedule == "interleaved" else 1
+    costs = stage_costs(model, cluster, par, profile)
+    f, b, w, p2p, parts, layers, S = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers, len(costs.f)
+    if pipeline == "simulate":
+        timeline = simulate(par.schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+    else:
+        busy = tuple(m * sum(f[st] + b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r)) for r in range(p))
+        timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy, peak_inflight=())
 
     # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
-    per_kind = {moe: kind_params(model, par, moe) for moe in kinds}
+    per_kind = {moe: kind_params(model, par, moe) for moe in costs.layer}
     for r, rank_layers in enumerate(layers):
         n_moe = model.moe_layers_in(rank_layers)
         dense = expert = 0.0

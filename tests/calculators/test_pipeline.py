@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.pipeline import closed_form_bubble, inflight_microbatches, rank_order, simulate
+from calculators.pipeline import _peaks, closed_form_bubble, inflight_microbatches, rank_order, simulate
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -124,3 +124,13 @@ def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def test_inflight_closed_forms_equal_the_simulated_peaks():
+    """inflight_microbatches answers gpipe, 1f1b, zb and dualpipe in closed form for speed; the
+    simulator's order-derived peaks stay the definition."""
+    for p in range(2, 9):
+        for m in range(1, 40):
+            for schedule in ("gpipe", "1f1b", "zb") + (("dualpipe",) if m >= 2 * p else ()):
+                peaks = _peaks(schedule, p, 1, m)
+                assert [inflight_microbatches(schedule, p, 1, m, r) for r in range(p)] == list(peaks), (schedule, p, m)
