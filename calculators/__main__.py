@@ -1,6 +1,8 @@
-"""Command line: `python -m calculators {estimate,memory,models,gpus} ...`.
+"""Command line: `python -m calculators {estimate,plan,memory,models,gpus} ...`.
 
     python -m calculators estimate < scenarios.jsonl > answers.jsonl
+    echo '{"model": {"preset": "llama3-70b"}, "hardware": {"nodes": 8}, "seq": 8192, "gbs": 512}' \\
+        | python -m calculators plan --text --export megatron
     python -m calculators memory --model llama3-70b --nodes 4 --tp 8 --pp 4 --sp --gbs 64 --seq 8192
     python -m calculators memory --config config.json --tp 2 --zero 1 --dp 4
 """
@@ -31,6 +33,42 @@ def cmd_estimate(_args) -> int:
             answer = {"error": f"line {number} is not JSON ({exc.msg}, column {exc.colno})"}
         out.write(json.dumps(answer, separators=(",", ":")) + "\n")
     return 1 if bad_json else 0
+
+
+def cmd_plan(args) -> int:
+    """One JSON request (stdin or --file) -> the ranked plans as JSON, or as text with --text."""
+    from .scenario import plan_answer
+    try:
+        text = open(args.file).read() if args.file else sys.stdin.read()
+        answer = plan_answer(json.loads(text))
+    except json.JSONDecodeError as exc:
+        print(f"error: the plan request is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", file=sys.stderr)
+        return 2
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not args.text:
+        print(json.dumps(answer, indent=1))
+        return 0
+    if answer["impossible"]:
+        print(answer["impossible"])
+        return 1
+    print(f"{'#':>2} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'GiB':>6}  layout")
+    for p in answer["plans"]:
+        s = p["step"]
+        print(f"{p['rank']:>2} {s['time_s']:>8.3f} {s['tokens_per_s_per_gpu']:>10.0f} {s['mfu']:>6.1%} "
+              f"{p['memory']['total_gib']:>6.1f}  {p['label']}")
+    print(f"\nwhy: {answer['why']}\n\nrejected:")
+    for r in answer["rejected"]:
+        print(f"  {r['label']}: {r['reason']}")
+    print(f"\n{answer['searched']} layouts scored in {answer['seconds']:.2f} s; MFU counts model FLOPs over "
+          "the dense bf16 peak; memory in GiB on the most loaded GPU")
+    if args.export:
+        p = answer["plans"][0]["exports"][args.export]
+        print(f"\n# plan 1 as {args.export}\n{p['text']}")
+        for note in p["notes"]:
+            print(f"# note: {note}")
+    return 0
 
 
 def cmd_memory(args) -> int:
@@ -72,6 +110,11 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("estimate", help="JSON Lines scenarios on stdin -> JSON Lines answers on stdout")
+    pl = sub.add_parser("plan", help="the fastest layouts that fit (JSON request on stdin or --file)")
+    pl.add_argument("--file", help="the request as a JSON file instead of stdin")
+    pl.add_argument("--text", action="store_true", help="a table instead of JSON")
+    pl.add_argument("--export", choices=("harness", "megatron", "torchtitan", "deepspeed"),
+                    help="with --text: print plan 1 in this format")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("gpus", help="list GPU presets")
     m = sub.add_parser("memory", help="memory per GPU for one layout, as a table")
@@ -92,6 +135,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "estimate":
         return cmd_estimate(args)
+    if args.cmd == "plan":
+        return cmd_plan(args)
     if args.cmd == "models":
         for name in MODEL_PRESETS:
             print(model_from_name(name).describe())

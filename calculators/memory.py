@@ -131,56 +131,103 @@ def kind_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float
 
 
 class _Context:
-    """What every stage of one layout shares: the framework's bytes per parameter, and each layer
-    kind (dense MLP, MoE) evaluated once."""
+    """What every stage of one layout shares, computed once: the framework's bytes per parameter
+    and each layer kind (dense MLP, MoE): its parameters, saved activations and working set."""
 
     def __init__(self, model: ModelSpec, par: ParallelConfig):
         self.model, self.par = model, par
-        self.layout = bytes_per_param(par.framework, par.zero)
-        self.dense_shard = par.dp * par.cp
-        self.expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
-        self.T = act.tokens(par)
-        self.kinds = {moe: (sum(kind_params(model, par, moe)), kind_params(model, par, moe)[1],
-                            act.layer_activations(model, par, moe), act.saved_per_layer(model, par, moe))
-                      for moe in {model.is_moe_layer(i) for i in range(model.layers)}}
+        layout = bytes_per_param(par.framework, par.zero)
+        dense_shard = par.dp * par.cp
+        expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
+        # bytes per parameter by role, for dense and for expert parameters
+        self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
+        T = act.tokens(par)
+        self.kinds = {}
+        for moe in model.layer_kinds:
+            dense, expert = kind_params(model, par, moe)
+            a = act.layer_activations(model, par, moe)
+            # One layer's gradients in backward (as large as its saved set); with full recompute also
+            # the layer being recomputed, whose input is already among the kept checkpoints.
+            working = a.total + (a.total - a.layer_input if par.recompute == "full" else 0.0)
+            self.kinds[moe] = (dense, expert, act.saved_per_layer(model, par, moe), working)
+        self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
+                                                  2 * max((sum(self.kinds[k][:2]) for k in present), default=0.0))
+                        for present in ((), (False,), (True,), (False, True)) if set(present) <= set(self.kinds)}
+        self.output = act.output_layer_activations(model, par)
+        self.head = model.vocab * model.hidden / par.tp
+        self.last_rank = 0 if par.schedule == "dualpipe" else par.pp - 1   # DualPipeV: the V ends on rank 0
+        self.statics: dict[tuple, tuple] = {}
 
-    def stage(self, rank: int, layers) -> StageMemory:
-        model, par, kinds = self.model, self.par, self.kinds
-        # DualPipeV's V puts the first and the last stage on rank 0
-        first, last = rank == 0, rank == (0 if par.schedule == "dualpipe" else par.pp - 1)
-        n_moe = model.moe_layers_in(layers)
-        counts = {moe: (n_moe if moe else len(layers) - n_moe) for moe in kinds}
-        expert = sum(n * kinds[moe][1] for moe, n in counts.items())
-        dense = sum(n * kinds[moe][0] for moe, n in counts.items()) - expert
+    def _static(self, first: bool, last: bool, n_layers: int, n_moe: int) -> tuple:
+        """(bytes by role, params, saved activations per micro-batch, working set, buffers) of a
+        rank holding these layers; ranks alike share it, only their in-flight counts differ."""
+        model, par = self.model, self.par
+        dense = expert = saved = working = 0.0
+        present = []
+        for moe, (d, e, s, w) in self.kinds.items():
+            n = n_moe if moe else n_layers - n_moe
+            if n:
+                dense, expert, saved = dense + n * d, expert + n * e, saved + n * s
+                working = max(working, w)
+                present.append(moe)
         if first:
-            dense += model.vocab * model.hidden / par.tp + model.positions * model.hidden
+            dense += self.head + model.positions * model.hidden
         if last:
             dense += model.norm_params
             if not model.tied_embeddings or par.pp > 1:   # tied: the last stage keeps its own copy
-                dense += model.vocab * model.hidden / par.tp
-        role = {r: dense * (rep + sh / self.dense_shard) + expert * (rep + sh / self.expert_shard)
-                for r, (rep, sh) in self.layout.items()}
+                dense += self.head
+        role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
+        return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))]
+
+    def _parts(self, rank: int, layers) -> tuple:
+        par = self.par
+        first, last = rank == 0, rank == self.last_rank
+        key = (first, last, len(layers), self.model.moe_layers_in(layers))
+        if key not in self.statics:
+            self.statics[key] = self._static(*key)
+        role, params, saved, working, other = self.statics[key]
         m = par.microbatches
         inflight = inflight_microbatches(par.schedule, par.pp, par.vpp, m, rank)
-        present = [moe for moe, n in counts.items() if n]
-        saved = sum(n * kinds[moe][3] for moe, n in counts.items())
-        # One layer's gradients in backward (as large as its saved set); with full recompute also the
-        # layer being recomputed, whose input is already among the kept checkpoints.
-        working = max((a.total + (a.total - a.layer_input if par.recompute == "full" else 0.0)
-                       for a in (kinds[moe][2] for moe in present)), default=0.0)
         activations = inflight * saved + working
         if last:
-            kept, transient = act.output_layer_activations(model, par)
+            kept, transient = self.output
             # The logits live from F to the loss's backward (I); ZB-H1's waiting W's do not keep them.
             out_inflight = inflight if par.schedule != "zb" else inflight_microbatches("1f1b", par.pp, 1, m, rank)
             activations += min(out_inflight, m) * kept + transient
-        biggest_layer = max((kinds[moe][0] for moe in present), default=0.0)
-        other = retained_buffers(par.framework, par.zero, self.T * model.hidden, 2 * biggest_layer)
-        resident = sum(role.values()) + other
+        return role, params, activations, other
+
+    def stage(self, rank: int, layers) -> StageMemory:
+        role, params, activations, other = self._parts(rank, layers)
         return StageMemory(
-            stage=rank, layers=len(layers), params=dense + expert, weights_gib=role["weights"] / GIB,
+            stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
             grads_gib=role["grads"] / GIB, master_gib=role["master"] / GIB, optimizer_gib=role["optimizer"] / GIB,
-            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=resident / GIB)
+            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=(sum(role.values()) + other) / GIB)
+
+    def total_gib(self, rank: int, layers) -> float:
+        role, _, activations, other = self._parts(rank, layers)
+        return (sum(role.values()) + activations + other) / GIB
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """The planner's fit test: the most loaded GPU without every stage's breakdown."""
+    total_gib: float
+    stage: int
+    sum_gib: float               # over all pipeline ranks
+    capacity_gib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= USABLE_FRACTION * self.capacity_gib
+
+
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> PeakMemory:
+    """estimate_memory's most loaded GPU, computed the same way; raises ConfigError alike."""
+    check_layout(model, cluster, par)
+    ctx = _Context(model, par)
+    totals = [ctx.total_gib(rank, layers) for rank, layers in enumerate(stage_layers(model, par))]
+    worst = max(range(len(totals)), key=totals.__getitem__)
+    return PeakMemory(totals[worst], worst, sum(totals), cluster.gpu.memory_gib)
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:

@@ -105,6 +105,11 @@ class ModelSpec:
         e = self.moe
         return e is not None and i >= e.dense_layers and (i - e.dense_layers) % e.moe_every == 0
 
+    @cached_property
+    def layer_kinds(self) -> tuple:
+        """The kinds of layer the model has: (False,) dense, (True,) all MoE, (False, True) both."""
+        return tuple(sorted({self.is_moe_layer(i) for i in range(self.layers)}))
+
     def moe_layers_in(self, layers) -> int:
         if self.moe is None:
             return 0

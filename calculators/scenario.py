@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, fields
+from types import SimpleNamespace
 from functools import lru_cache
 
 from .errors import ConfigError
@@ -114,6 +115,50 @@ def evaluate(scenario: dict) -> dict:
     profile = parse_profile(scenario.get("hardware"), cluster)
     return {"memory": estimate_memory(model, cluster, par).as_dict(),
             "step": estimate_step(model, cluster, par, profile).as_dict()}
+
+
+PLAN_KEYS = {"model", "hardware", "seq", "gbs", "constraints", "top"}
+
+
+def plan_answer(request: dict) -> dict:
+    """The plan contract: {model, hardware, seq, gbs, constraints?, top?} -> ranked plans (each
+    with its parallel layout, step and memory answers and its exports), why the winner wins, the
+    most instructive rejections; or, when nothing fits, `impossible` and `min_gpus`."""
+    from .export import FORMATS, export
+    from .planner import plan
+    if not isinstance(request, dict):
+        raise ConfigError("a plan request must be a JSON object with model, hardware, seq and gbs")
+    unknown = sorted(set(request) - PLAN_KEYS)
+    if unknown:
+        raise ConfigError(f"plan request has unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"use {', '.join(sorted(PLAN_KEYS))}")
+    missing = [k for k in ("model", "seq", "gbs") if k not in request]
+    if missing:
+        raise ConfigError(f"plan request lacks {', '.join(missing)}")
+    model, cluster = parse_model(request["model"]), parse_hardware(request.get("hardware", {}))
+    profile = parse_profile(request.get("hardware"), cluster)
+    constraints = request.get("constraints") or {}
+    if not isinstance(constraints, dict):
+        raise ConfigError("plan constraints must be an object, e.g. {'tp': [4, 8], 'recompute': 'none'}")
+    result = plan(model, cluster, request["seq"], request["gbs"], constraints, profile, top=request.get("top", 5))
+    ref = request["model"].get("preset", "") if isinstance(request["model"], dict) else str(request["model"])
+    plans = []
+    for rank, p in enumerate(result.plans, 1):
+        par = {f.name: getattr(p.par, f.name) for f in fields(p.par)}
+        par["split"] = list(p.par.split)
+        plans.append({"rank": rank, "label": p.label(), "parallel": par, "step": p.step.as_dict(),
+                      "memory": estimate_memory(model, cluster, p.par).as_dict(),
+                      "exports": {fmt: dict(zip(("text", "notes"), export(fmt, model, cluster, p.par, ref)))
+                                  for fmt in FORMATS}})
+    return {"plans": plans, "why": result.why,
+            "rejected": [{"label": _label(r.par), "reason": r.reason, "time_s": r.time_s} for r in result.rejected],
+            "searched": result.searched, "seconds": result.seconds, "impossible": result.impossible,
+            "min_gpus": result.min_gpus}
+
+
+def _label(par: ParallelConfig) -> str:
+    from .explain import Plan
+    return Plan.label(SimpleNamespace(par=par))
 
 
 def evaluate_line(line: str) -> dict:

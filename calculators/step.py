@@ -22,6 +22,7 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from . import flops as fl
 from .activations import BF16, tokens
@@ -97,7 +98,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
     kinds, parts = {}, {}
-    for moe in {model.is_moe_layer(i) for i in range(model.layers)}:
+    for moe in model.layer_kinds:
         lt = layer_time(model, par, moe, gpu, profile)
         comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
         exp_f = sum(f * (1 - h) for f, _, h in comm.values())
@@ -107,16 +108,18 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     layers = stage_layers(model, par)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
+    per_rank = {}                          # (dense layers, MoE layers) -> work per micro-batch
     for r, rank_layers in enumerate(layers):
         n_moe = model.moe_layers_in(rank_layers)
-        counts = {moe: (n_moe if moe else len(rank_layers) - n_moe) for moe in kinds}
+        key = (len(rank_layers) - n_moe, n_moe)
+        if key not in per_rank:
+            per_rank[key] = [sum((n_moe if moe else key[0]) * kinds[moe][i] for moe in kinds) for i in range(3)]
+        work = per_rank[key]
         stages = stages_of_rank(par.schedule, p, v, r)
         for st in stages:                      # a rank's layers split evenly over its chunks
-            for moe, n in counts.items():
-                share = n / len(stages)
-                f[st] += share * kinds[moe][0]
-                b[st] += share * kinds[moe][1]
-                w[st] += share * kinds[moe][2]
+            f[st] += work[0] / len(stages)
+            b[st] += work[1] / len(stages)
+            w[st] += work[2] / len(stages)
     ef, eb = embedding_time(model, par, gpu, profile)
     of, ob, ow = output_layer_time(model, par, gpu, profile)
     f[0] += ef
@@ -136,6 +139,14 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, tuple(map(tuple, layers)))
 
 
+def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:
+    """Each rank's work per micro-batch (all its stages' F + B + W)."""
+    per_stage = [x + y + z for x, y, z in zip(costs.f, costs.b, costs.w)]
+    if len(per_stage) == p:
+        return per_stage
+    return [sum(per_stage[st] for st in stages_of_rank(schedule, p, v, r)) for r in range(p)]
+
+
 def pipeline_time(schedule: str, p: int, m: int, v: int, costs: StageCosts) -> float:
     """The pipeline's makespan in closed form, for a planner that scores thousands of layouts
     (the simulator times the finalists). With B_r a rank's work per micro-batch:
@@ -144,8 +155,7 @@ def pipeline_time(schedule: str, p: int, m: int, v: int, costs: StageCosts) -> f
     leaving F + I - W per rank (a third of 1F1B's when F = I = W); each rank boundary pays one
     p2p latency going down and one coming back."""
     S = len(costs.f)
-    busy = [sum(costs.f[st] + costs.b[st] + costs.w[st] for st in stages_of_rank(schedule, p, v, r))
-            for r in range(p)]
+    busy = rank_busy(schedule, p, v, costs)
     top = max(range(p), key=busy.__getitem__)
     if schedule == "zb":
         fill = sum(max(0.0, costs.f[r] + costs.b[r] - costs.w[r]) for r in range(p) if r != top)
@@ -165,9 +175,9 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     costs = stage_costs(model, cluster, par, profile)
     f, b, w, p2p, parts, layers, S = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers, len(costs.f)
     if pipeline == "simulate":
-        timeline = simulate(par.schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+        timeline = _simulated(par.schedule, p, m, v, f, b, w, p2p)
     else:
-        busy = tuple(m * sum(f[st] + b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r)) for r in range(p))
+        busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
         timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy, peak_inflight=())
 
     # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
@@ -175,32 +185,25 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
     per_kind = {moe: kind_params(model, par, moe) for moe in costs.layer}
+    seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
     for r, rank_layers in enumerate(layers):
+        mine = stages_of_rank(par.schedule, p, v, r)
         n_moe = model.moe_layers_in(rank_layers)
+        compute = sum(f[st] + b[st] + w[st] for st in mine)
+        last_bwd = sum(b[st] + w[st] for st in mine)
+        signature = (len(rank_layers), n_moe, 0 in mine, S - 1 in mine, compute, last_bwd)
+        if signature in seen:
+            continue
+        seen.add(signature)
         dense = expert = 0.0
         for moe, (d, e) in per_kind.items():
             n = n_moe if moe else len(rank_layers) - n_moe
             dense, expert = dense + n * (d - e), expert + n * e
-        mine = stages_of_rank(par.schedule, p, v, r)
         if 0 in mine:
             dense += model.vocab * model.hidden / par.tp
         if S - 1 in mine and (not model.tied_embeddings or p > 1):
             dense += model.vocab * model.hidden / par.tp
-        sync, exposed_extra = 0.0, 0.0
-        for params, g in ((dense, dense_g), (expert, expert_g)):
-            if params <= 0 or g.size <= 1:
-                continue
-            if par.zero == 0:
-                sync += collective_time("all_reduce", grad_bytes * params, g, cluster, profile)
-            elif par.zero in (1, 2):
-                sync += collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
-                exposed_extra += collective_time("all_gather", BF16 * params, g, cluster, profile)
-            else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
-                per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
-                    collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
-                compute = sum(f[st] + b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r))
-                exposed_extra += m * max(0.0, per_mb - profile.overlap["zero3"] * compute)
-        last_bwd = sum(b[st] + w[st] for st in stages_of_rank(par.schedule, p, v, r))
+        sync, exposed_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes)
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
@@ -219,6 +222,30 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
                         hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
                         bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
+
+
+@lru_cache(maxsize=128)
+def _simulated(schedule, p, m, v, f, b, w, p2p):
+    """Layouts that differ only after the pipeline (ZeRO stage, say) share its simulation."""
+    return simulate(schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+
+
+def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes):
+    """(gradient sync that backward can hide, exposed ZeRO gathers) of one pipeline rank."""
+    sync, exposed_extra = 0.0, 0.0
+    for params, g in ((dense, dense_g), (expert, expert_g)):
+        if params <= 0 or g.size <= 1:
+            continue
+        if par.zero == 0:
+            sync += collective_time("all_reduce", grad_bytes * params, g, cluster, profile)
+        elif par.zero in (1, 2):
+            sync += collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
+            exposed_extra += collective_time("all_gather", BF16 * params, g, cluster, profile)
+        else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
+            per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
+                collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
+            exposed_extra += m * max(0.0, per_mb - profile.overlap["zero3"] * compute)
+    return sync, exposed_extra
 
 
 def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:

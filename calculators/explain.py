@@ -1,0 +1,119 @@
+"""The planner's answer as data, and its explanations: why the winner beats the runner-up, and
+why the most tempting rejected layouts lost."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .parallel import ParallelConfig
+from .step import StepEstimate, estimate_step
+
+TIMED_REJECTS = 400              # out-of-memory candidates timed to find the most tempting ones
+LABELS = {"compute": "compute", "recompute": "recomputation", "tp_exposed": "exposed TP communication",
+          "cp_exposed": "exposed CP communication", "ep_exposed": "exposed EP all-to-all",
+          "other": "embedding, output layer and pipeline sends", "bubble": "pipeline bubble",
+          "dp_exposed": "exposed data-parallel sync", "optimizer": "optimizer step"}
+COMPARED = ("tp", "cp", "ep", "pp", "dp", "vpp", "zero", "mbs", "recompute", "schedule", "split")
+
+
+@dataclass(frozen=True)
+class Plan:
+    par: ParallelConfig
+    step: StepEstimate           # simulated pipeline
+    memory_gib: float            # most loaded GPU
+    stage_gib: tuple             # per pipeline rank
+
+    def label(self) -> str:
+        p = self.par
+        parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
+        parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
+        parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, f"recompute={p.recompute}"]
+        if p.split:
+            parts.append("split=" + "/".join(map(str, p.split)))
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    par: ParallelConfig
+    reason: str
+    time_s: float | None = None  # estimated step had it been chosen (None: not timed)
+
+
+@dataclass
+class PlanResult:
+    plans: list                  # ranked Plan, fastest first
+    rejected: list               # Rejected, the most instructive first
+    why: str                     # why the winner beats the runner-up
+    searched: int                # candidates scored
+    seconds: float
+    impossible: str = ""         # set when nothing fits
+    min_gpus: int = 0            # with `impossible`: the smallest GPU count that fits
+
+
+def why(a, b) -> str:
+    """One sentence from the two breakdowns: what the winner saves, and what it pays for it."""
+    ta, tb = a.step.time_s, b.step.time_s
+    diffs = {k: b.step.breakdown.get(k, 0.0) - a.step.breakdown.get(k, 0.0) for k in LABELS}
+    gains = sorted(((v, k) for k, v in diffs.items() if v > 1e-6 * ta), reverse=True)
+    losses = sorted((v, k) for k, v in diffs.items() if v < -1e-6 * ta)
+    knobs = [f"{k} {_fmt(getattr(a.par, k))} instead of {_fmt(getattr(b.par, k))}"
+             for k in COMPARED if getattr(a.par, k) != getattr(b.par, k) and k != "split"]
+    if a.par.split != b.par.split:
+        knobs.append("its own layer split" if a.par.split else "an even layer split")
+    text = (f"{a.label()} beats {b.label()} by {100 * (tb / ta - 1):.1f}% ({ta:.3g} s vs {tb:.3g} s per step)")
+    if knobs:
+        text += " because, with " + ", ".join(knobs) + ","
+    if gains:
+        text += " its " + " and its ".join(f"{LABELS[k]} is {v:.3g} s shorter" for v, k in gains[:2])
+    else:
+        text += " it is faster overall"
+    if losses:
+        v, k = losses[0]
+        text += f", which outweighs {-v:.3g} s more {LABELS[k]}"
+    return text + "."
+
+
+def _fmt(value) -> str:
+    if isinstance(value, tuple):
+        return "/".join(map(str, value)) if value else "even"
+    return str(value)
+
+
+def rejections(search, ranked, runners_up):
+    """The most instructive losers: the next layouts that fit (closed-form times), the fastest
+    ones that did not fit, and distinct invalid ones."""
+    out = []
+    if ranked:
+        winner = ranked[0]
+        for t, par in runners_up:
+            out.append(Rejected(par, f"fits, but about {t - winner.step.time_s:.3g} s slower per step "
+                                     f"({t:.3g} s, closed-form pipeline)", t))
+    oom = [r for r in search.rejected if r.reason.startswith(("out of memory", "even at"))][:TIMED_REJECTS]
+    timed = []
+    for r in oom:
+        try:
+            t = estimate_step(search.model, search.cluster, r.par, search.profile, pipeline="closed").time_s
+        except ConfigError:
+            continue
+        timed.append((t, r))
+    timed.sort(key=lambda x: x[0])
+    limit = ranked[0].step.time_s if ranked else float("inf")
+    tempting = [(t, r) for t, r in timed if t < limit][:6] or timed[:1]
+    seen = set()
+    for t, r in tempting:
+        if (r.reason, round(t, 3)) not in seen:
+            seen.add((r.reason, round(t, 3)))
+            out.append(Rejected(r.par, r.reason + (f"; it would take {t:.3g} s per step" if ranked else ""), t))
+    pruned = sorted((r for r in search.rejected if r.reason.startswith("slower")), key=lambda r: r.time_s)
+    invalid, reasons = [], set()
+    for r in search.rejected:
+        if not r.reason.startswith(("out of memory", "even at", "slower")) and r.reason not in reasons:
+            reasons.add(r.reason)
+            invalid.append(Rejected(r.par, "invalid: " + r.reason))
+    return out + pruned[:1] + invalid[:2]
+
+
+def short(par) -> str:
+    return (f"tp{par.tp} cp{par.cp} pp{par.pp} dp{par.dp}" + (f" ep{par.ep}" if par.ep > 1 else "") +
+            f" zero{par.zero} recompute={par.recompute}")

@@ -1,0 +1,135 @@
+"""A layout as the frameworks spell it: our benchmark harness's command, Megatron-LM arguments,
+a torchtitan TOML fragment and a DeepSpeed config. Each export returns (text, notes): the notes
+say what the framework cannot express exactly, so nothing is silently dropped.
+
+Names follow each framework's documentation: Megatron-LM `megatron/training/arguments.py` (with
+`--pipeline-model-parallel-layout` for uneven splits, "E" the embedding, "t" a layer, "L" the
+loss); torchtitan's `[parallelism]`, `[activation_checkpoint]` and `[training]` sections;
+DeepSpeed's JSON config (`train_batch_size`, `zero_optimization.stage`, ...).
+"""
+from __future__ import annotations
+
+import json
+
+from .hardware import ClusterSpec
+from .memory import stage_layers
+from .models import ModelSpec
+from .parallel import ParallelConfig
+
+FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                        "zb": "InterleavedZeroBubble", "dualpipe": "DualPipeV"}
+
+
+def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+           model_ref: str = "") -> tuple[str, list[str]]:
+    """`model_ref`: how the harness names the model (a preset id or a config.json path)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {FORMATS}")
+    return {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
+            "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
+
+
+def _harness(model, cluster, par, model_ref):
+    ref = model_ref or model.name
+    args = [f"torchrun --nnodes {cluster.nodes} --nproc-per-node {cluster.gpus_per_node}"
+            + (" --rdzv-backend c10d --rdzv-endpoint $HEAD_NODE:29500" if cluster.nodes > 1 else ""),
+            "-m benchmarks train", f"--model {ref}"]
+    for key in ("tp", "cp", "ep", "pp", "vpp", "zero", "mbs", "gbs", "seq"):
+        args.append(f"--{key} {getattr(par, key)}")
+    args += [f"--recompute {par.recompute}", f"--schedule {par.schedule}", f"--precision {par.precision}"]
+    if par.split:
+        args.append("--split " + ",".join(map(str, par.split)))
+    return " \\\n    ".join(args), []
+
+
+def _megatron(model, cluster, par, _ref):
+    notes = []
+    a = [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}",
+         f"--context-parallel-size {par.cp}", f"--micro-batch-size {par.mbs}",
+         f"--global-batch-size {par.gbs}", f"--seq-length {par.seq}", "--bf16"]
+    if par.sp:
+        a.append("--sequence-parallel")
+    if par.ep > 1:
+        a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
+    if par.schedule == "interleaved":
+        a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // (par.pp * par.vpp)}")
+    if par.split:
+        stages = ["E" if r == 0 else "" for r in range(par.pp)]
+        layout = "|".join(s + f"t*{n}" + (",L" if r == par.pp - 1 else "")
+                          for r, (s, n) in enumerate(zip(stages, par.split)))
+        a.append(f'--pipeline-model-parallel-layout "{layout}"')
+    if par.zero == 1:
+        a.append("--use-distributed-optimizer")
+    elif par.zero >= 2:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
+              + ("optim_grads" if par.zero == 2 else "optim_grads_params")]
+    if par.recompute == "selective":
+        a.append("--recompute-granularity selective")
+    elif par.recompute == "full":
+        a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if par.precision == "fp8":
+        a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
+    if par.schedule in ("zb", "dualpipe"):
+        notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
+                     "adds zero-bubble / DualPipe scheduling)")
+    if par.schedule == "gpipe":
+        notes.append("Megatron-LM runs 1F1B, not GPipe; 1F1B has the same bubble with less memory")
+    return " \\\n    ".join(a), notes
+
+
+def _torchtitan(model, cluster, par, _ref):
+    notes = []
+    replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
+    if par.zero in (1, 2):
+        notes.append(f"torchtitan shards with FSDP2 (ZeRO-3); ZeRO-{par.zero} maps to fully_shard with "
+                     "reshard_after_forward=False, which keeps the gathered weights through backward")
+    pipe = [f"pipeline_parallel_degree = {par.pp}"]
+    if par.pp > 1:
+        pipe += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[par.schedule]}"',
+                 f"pipeline_parallel_microbatch_size = {par.mbs}"]
+        if par.split or par.vpp > 1:
+            pipe.append(f"pipeline_parallel_layers_per_stage = {min(len(x) for x in stage_layers(model, par))}")
+            if par.split:
+                notes.append("torchtitan splits layers evenly per stage; for the uneven split "
+                             f"{'/'.join(map(str, par.split))} pass module FQNs via pipeline_parallel_split_points")
+    lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
+             f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {par.tp}",
+             f"context_parallel_degree = {par.cp}", *pipe]
+    if par.ep > 1:
+        lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
+    lines += ["", "[activation_checkpoint]", f'mode = "{par.recompute}"', "", "[training]",
+              f"local_batch_size = {par.gbs // par.dp}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
+    if par.precision == "fp8":
+        lines += ["", "[model]", 'converters = ["float8"]']
+    if par.tp > 1 and not par.sp:
+        notes.append("torchtitan always uses sequence parallelism with TP")
+    return "\n".join(lines), notes
+
+
+def _deepspeed(model, cluster, par, _ref):
+    notes = []
+    cfg = {"train_batch_size": par.gbs, "train_micro_batch_size_per_gpu": par.mbs,
+           "gradient_accumulation_steps": par.microbatches, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": min(par.zero, 3), "overlap_comm": True, "contiguous_gradients": True}}
+    if par.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": par.tp}
+    if par.recompute != "none":
+        cfg["activation_checkpointing"] = {"partition_activations": par.tp > 1, "contiguous_memory_optimization": True}
+        if par.recompute == "selective":
+            notes.append("DeepSpeed checkpoints whole layers; selective recompute needs the model to "
+                         "checkpoint only its attention core (Megatron-DeepSpeed: --recompute-granularity selective)")
+    if par.pp > 1:
+        notes.append(f"pipeline parallelism: build the model as deepspeed.pipe.PipelineModule(num_stages={par.pp}"
+                     + (f", partition_method='parameters') and set per-stage layers {'/'.join(map(str, par.split))}"
+                        if par.split else ")") + "; DeepSpeed's pipeline engine runs 1F1B")
+        if par.zero >= 2:
+            notes.append("DeepSpeed does not combine ZeRO-2/3 with its pipeline engine")
+    if par.cp > 1:
+        notes.append(f"context parallel {par.cp}: DeepSpeed offers Ulysses sequence parallelism "
+                     "(sequence_parallel_size), a different algorithm from ring attention")
+    if par.ep > 1:
+        notes.append(f"expert parallel {par.ep}: set ep_size={par.ep} on deepspeed.moe.layer.MoE")
+    if par.precision == "fp8":
+        notes.append("FP8 in DeepSpeed goes through Transformer Engine layers in the model")
+    return json.dumps(cfg, indent=2), notes

@@ -1,0 +1,418 @@
+"""The layout planner: the fastest layouts that fit, for a model, a cluster and a batch.
+
+Alpa's two levels, specialised to transformers:
+- inter-operator: how many pipeline stages, and which layers each holds. Layers are split by
+  dynamic programming (`balance_split`): the pipeline's step is the sum of the stage times plus
+  (m-1) times the slowest, under each stage's memory, so the first stage (which holds the most
+  in-flight micro-batches) and the last (output layer and loss) can take fewer layers.
+- intra-operator: a transformer layer has a handful of good shardings, so they are enumerated
+  rather than solved for: TP (with SP) inside a node, CP and EP inside when they fit, DP and PP
+  across (the rank grid of comm.py), ZeRO stage, micro-batch, recompute and schedule.
+  `ilp.py` shows the integer program Alpa solves for this level on one layer.
+
+Search (`plan`): every valid (tp, cp, ep, pp, dp) is first checked at its most frugal setting
+(highest allowed ZeRO stage, most recompute, smallest micro-batch, 1F1B); one that does not fit
+there is dropped with its reason. For the rest, every (schedule, vpp, mbs, ZeRO) takes the least
+recompute that fits (less recompute is never slower), falling back on an uneven layer split before
+recomputing more; each candidate is scored with the closed-form pipeline time
+(`step.pipeline_time`), and the best are rebalanced by the DP and timed by the simulator.
+GPipe is left out unless asked for: 1F1B has its bubble with less memory.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .errors import ConfigError
+from .explain import Plan, PlanResult, Rejected, rejections, short, why
+from .hardware import ClusterSpec
+from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers, stage_memory_fn
+from .models import ModelSpec
+from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig
+from .profiles import HardwareProfile, default_profile
+from .step import estimate_step, stage_costs
+
+__all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
+
+KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision")
+DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
+FINALISTS = 12                   # closed-form leaders that are rebalanced and simulated
+MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
+PRUNE = 1.15                     # skip a structure whose optimistic time is this far behind
+
+
+# ------------------------------------------------------------------------------ the space
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -> dict:
+    """Allowed values per knob: the defaults, narrowed by `constraints` (a value or a list)."""
+    unknown = sorted(set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"})
+    if unknown:
+        raise ConfigError(f"plan constraints: unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"known: {', '.join(KNOBS)}, framework, tp_across_nodes, uneven_split, top")
+    world, gpn = cluster.world, cluster.gpus_per_node
+    tp_cap = world if constraints.get("tp_across_nodes") else gpn
+    space = {
+        "tp": [t for t in _divisors(world) if t <= min(tp_cap, model.heads)],
+        # CP pays off for long sequences; below 2k tokens per rank its ring steps are too short
+        "cp": [c for c in (1, 2, 4, 8, 16, 32) if world % c == 0 and (c == 1 or seq // c >= MIN_CP_CHUNK)],
+        "ep": _divisors(model.moe.experts) if model.moe else [1],
+        "etp": [0, 1],           # 0: expert TP = tp (Megatron's default); 1: experts not TP-sharded
+        "pp": [p for p in _divisors(world) if p <= model.layers],
+        "vpp": [2, 3, 4, 6, 8],
+        "zero": [0, 1, 2, 3],
+        "mbs": [1, 2, 4, 8],
+        "recompute": list(RECOMPUTE),
+        "schedule": list(DEFAULT_SCHEDULES),
+        "precision": ["bf16"],
+    }
+    for knob in KNOBS:
+        if knob in constraints:
+            v = constraints[knob]
+            space[knob] = list(v) if isinstance(v, (list, tuple)) else [v]
+            if not space[knob]:
+                raise ConfigError(f"plan constraints: {knob} allows no value")
+    bad = [s for s in space["schedule"] if s not in SCHEDULES] + \
+        [r for r in space["recompute"] if r not in RECOMPUTE]
+    if bad:
+        raise ConfigError(f"plan constraints: unknown schedule/recompute {bad}; schedules {SCHEDULES}, "
+                          f"recompute {RECOMPUTE}")
+    if model.moe is None:
+        space["ep"], space["etp"] = [1], [0]
+    space["recompute"] = [r for r in RECOMPUTE if r in space["recompute"]]   # least first
+    return space
+
+
+def _structures(model, cluster, space, gbs):
+    """(tp, cp, pp, dp, ep, etp) on the cluster; yields (sizes, None) or (sizes, why invalid)."""
+    world = cluster.world
+    for tp in space["tp"]:
+        for cp in space["cp"]:
+            for pp in space["pp"]:
+                if world % (tp * cp * pp):
+                    continue
+                dp = world // (tp * cp * pp)
+                for ep in space["ep"]:
+                    for etp in space["etp"]:
+                        sizes = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        if etp == 1 and tp == 1 and 0 in space["etp"]:
+                            continue     # the same as etp=tp
+                        if gbs % dp:
+                            yield sizes, f"gbs={gbs} is not a multiple of dp={dp}"
+                        elif model.moe and (dp * cp * tp) % (ep * (etp or tp)):
+                            yield sizes, f"ep*etp={ep * (etp or tp)} does not divide dp*cp*tp={dp * cp * tp}"
+                        else:
+                            yield sizes, None
+
+
+def _oom_reason(mem) -> str:
+    usable = USABLE_FRACTION * mem.capacity_gib
+    return (f"out of memory: stage {mem.stage} needs {mem.total_gib:.1f} GiB, "
+            f"{mem.total_gib - usable:.1f} GiB over the usable {usable:.1f} GiB")
+
+
+# --------------------------------------------------------------------------- the search
+class _Search:
+    def __init__(self, model, cluster, profile, seq, gbs, constraints):
+        self.model, self.cluster, self.profile, self.seq, self.gbs = model, cluster, profile, seq, gbs
+        self.constraints = constraints
+        self.space = _space(model, cluster, seq, constraints)
+        self.framework = constraints.get("framework", "megatron")
+        self.uneven = bool(constraints.get("uneven_split", True))
+        self.scored: list[tuple[float, ParallelConfig]] = []
+        self.times: dict[ParallelConfig, float] = {}
+        self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
+        self.rejected: list[Rejected] = []
+        self.count = 0
+
+    def memory(self, par):
+        try:
+            return peak_memory(self.model, self.cluster, par)
+        except ConfigError as exc:
+            return exc
+
+    def score(self, par, fits: bool = True) -> float:
+        if par not in self.times:
+            self.count += 1
+            t = estimate_step(self.model, self.cluster, par, self.profile, pipeline="closed").time_s
+            self.times[par] = t
+            if fits:
+                bisect.insort(self.leaders, t)
+                del self.leaders[FINALISTS:]
+        return self.times[par]
+
+    def optimistic(self, base) -> float:
+        """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
+        stage, the schedule with the smallest bubble, the smallest and the largest micro-batch."""
+        sp = self.space
+        schedule = next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule) if base.pp > 1 \
+            else base.schedule
+        times = []
+        for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
+            try:
+                par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs, schedule=schedule)
+                times.append(self.score(par, fits=False))
+            except (ConfigError, ValueError):
+                continue
+        return min(times, default=0.0)
+
+    def worth_rebalancing(self, par) -> bool:
+        """An uneven split moves layers, it does not remove work: a layout whose even split is
+        already well behind the leaders will not catch up (the DP costs a few ms)."""
+        if len(self.leaders) < FINALISTS:
+            return True
+        return self.score(par) <= 1.1 * self.leaders[-1]
+
+    def frugal(self):
+        """Each (tp, cp, pp, dp, ep) at its most frugal setting, if that fits: its other knobs
+        can only add memory."""
+        sp = self.space
+        for sizes, invalid in _structures(self.model, self.cluster, sp, self.gbs):
+            try:
+                base = ParallelConfig(**sizes, sp=sizes["tp"] > 1, seq=self.seq, gbs=self.gbs, mbs=min(sp["mbs"]),
+                                      zero=max(sp["zero"]), recompute=sp["recompute"][-1], precision=sp["precision"][0],
+                                      schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
+                                      framework=self.framework, vpp=sp["vpp"][0] if "1f1b" not in sp["schedule"]
+                                      and sp["schedule"][0] == "interleaved" else 1)
+            except ConfigError as exc:
+                self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
+                continue
+            if invalid:
+                self.rejected.append(Rejected(base, invalid))
+                continue
+            mem = self.memory(base)
+            if isinstance(mem, ConfigError):
+                self.rejected.append(Rejected(base, str(mem)))
+            elif not mem.fits and not (self.uneven and self._balanced(base, mem)):
+                self.rejected.append(Rejected(base, "even at its most frugal setting, " + _oom_reason(mem)))
+            else:
+                yield base
+
+    def run(self):
+        """Best first: structures in order of their optimistic time; one that is already over
+        PRUNE x the leaders' time is not expanded (its knobs can only slow it down further)."""
+        bases = sorted(((self.optimistic(b), i, b) for i, b in enumerate(self.frugal())), key=lambda x: x[:2])
+        for t, _, base in bases:
+            if len(self.leaders) >= FINALISTS and t > PRUNE * self.leaders[-1]:
+                self.rejected.append(Rejected(base, f"slower: at best {t:.3g} s per step, more than "
+                                                    f"{PRUNE - 1:.0%} behind the leaders", t))
+                continue
+            self._expand(base)
+
+    def first_fit(self):
+        return next(self.frugal(), None)
+
+    def _expand(self, base):
+        """Every schedule, ZeRO stage and micro-batch with the least recompute that fits. Memory
+        only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
+        and a ZeRO stage where nothing fits ends the ZeRO loop."""
+        sp = self.space
+        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]   # one stage: no schedule
+        for precision in sp["precision"]:
+            for schedule in schedules:
+                for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
+                    for zero in sorted(sp["zero"], reverse=True):
+                        fitted = False
+                        for mbs in sorted(sp["mbs"]):
+                            if self.gbs % (base.dp * mbs):
+                                continue
+                            par = replace(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision)
+                            if not self._least_recompute(par):
+                                break
+                            fitted = True
+                        if not fitted:
+                            break
+
+    def _least_recompute(self, par) -> bool:
+        """Score `par` with the least recompute that fits; False when even the most does not."""
+        levels = self.space["recompute"]
+        frugal = self._fitting(replace(par, recompute=levels[-1]))
+        if frugal is None:
+            return False
+        for level in levels[:-1]:
+            cand = self._fitting(replace(par, recompute=level))
+            if cand is not None:
+                self.scored.append((self.score(cand), cand))
+                return True
+        self.scored.append((self.score(frugal), frugal))
+        return True
+
+    def _fitting(self, par):
+        """`par` (or `par` with an uneven split) if it fits; else None, with the reason recorded."""
+        mem = self.memory(par)
+        if isinstance(mem, ConfigError):
+            return None
+        if mem.fits:
+            return par
+        split = self._balanced(par, mem) if self.uneven else None
+        if split:
+            return replace(par, split=split)
+        self.rejected.append(Rejected(par, _oom_reason(mem)))
+        return None
+
+    def _balanced(self, par, mem):
+        """An uneven split that fits, when the pipeline's total memory could hold the layers."""
+        if par.pp == 1 or par.vpp > 1 or par.schedule == "dualpipe":
+            return None
+        usable = USABLE_FRACTION * mem.capacity_gib
+        if mem.sum_gib > par.pp * usable or not self.worth_rebalancing(par):
+            return None
+        return balance_split(self.model, self.cluster, par, self.profile, usable)
+
+
+def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, profile: HardwareProfile,
+                  usable_gib: float) -> tuple | None:
+    """Layers per pipeline rank minimising the step, sum of stage times + (m-1) x the slowest,
+    with every stage within `usable_gib`; None when no split fits.
+
+    The layers are fixed, so the sum is too, and the step falls with the slowest stage: the DP
+    finds, for each rank r and each count j of leading layers, the smallest possible slowest
+    stage among ranks 0..r holding layers 0..j-1 (best[j] = min over n of max(best_prev[j-n],
+    time of rank r with layers j-n..j-1), for every j at once with numpy). Stage time
+    and memory are affine in the layers a rank holds (per-layer cost of its kind plus the rank's
+    own: embedding, output layer, in-flight micro-batches), taken from step.py and memory.py.
+    """
+    p, L = par.pp, model.layers
+    even = replace(par, split=())
+    costs = stage_costs(model, cluster, even, profile)
+    kind = [model.is_moe_layer(i) for i in range(L)]
+    per_layer = np.array([sum(costs.layer[k]) for k in kind])
+    own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[list(costs.layers[r])].sum() for r in range(p)]
+    fn = stage_memory_fn(model, even)
+    sample = {moe: kind.index(moe) for moe in costs.layer}
+    P = np.concatenate([[0.0], np.cumsum(per_layer)])
+    best = np.full(L + 1, math.inf)
+    best[0] = 0.0
+    start = np.zeros((p, L + 1), dtype=int)
+    for r in range(p):
+        one = {moe: fn(r, [k]).total_gib for moe, k in sample.items()}
+        slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}
+        room = usable_gib - max(one[moe] - slope[moe] for moe in sample)
+        M = np.concatenate([[0.0], np.cumsum([slope[k] for k in kind])])
+        new = np.full(L + 1, math.inf)
+        for n in range(1, L + 1):              # n layers on rank r, ending at layer j
+            j = np.arange(n, L + 1)
+            i = j - n
+            fits = M[j] - M[i] <= room
+            if not fits.any():
+                break                          # more layers only need more memory
+            t = np.where(fits, np.maximum(best[i], own[r] + P[j] - P[i]), math.inf)
+            better = t < new[j]
+            new[j] = np.where(better, t, new[j])
+            start[r, j] = np.where(better, i, start[r, j])
+        best = new
+    if not np.isfinite(best[L]):
+        return None
+    split, end = [], L
+    for r in range(p - 1, -1, -1):
+        first = int(start[r][end])
+        split.append(end - first)
+        end = first
+    return tuple(reversed(split))
+
+
+# ------------------------------------------------------------------------------- the plan
+def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints: dict | None = None,
+         profile: HardwareProfile | None = None, top: int = 5) -> PlanResult:
+    """Ranked layouts that fit, fastest first, with the rejected ones that came closest."""
+    t0 = time.perf_counter()
+    constraints = dict(constraints or {})
+    top = int(constraints.pop("top", top))
+    framework = constraints.get("framework", "megatron")
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"plan constraints: framework must be one of {FRAMEWORKS} (got {framework!r})")
+    for key, value in (("seq", seq), ("gbs", gbs), ("top", top)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"plan: {key} must be an integer >= 1 (got {value!r})")
+    search = _Search(model, cluster, profile or default_profile(cluster.gpu.name), seq, gbs, constraints)
+    search.run()
+    finalists, seen = [], set()
+    for _, par in sorted(search.scored, key=lambda x: x[0]):
+        if par not in seen:
+            seen.add(par)
+            finalists.append(par)
+        if len(finalists) >= max(3 * top, FINALISTS):
+            break
+    closed = {}
+    for par in finalists:
+        key = replace(par, split=())
+        for cand in (par, _rebalanced(search, par)):
+            if cand is None or (cand is not par and not getattr(search.memory(cand), "fits", False)):
+                continue
+            t = search.score(cand)
+            if key not in closed or t < closed[key][0]:
+                closed[key] = (t, cand)
+    leaders = _distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
+    ranked = sorted(filter(None, (_simulated(search, par) for _, par in leaders[:top])), key=lambda p: p.step.time_s)
+    result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
+                        why=why(ranked[0], ranked[1]) if len(ranked) >= 2 else "", searched=search.count, seconds=0.0)
+    if not ranked:
+        result.impossible, result.min_gpus = _impossible(search)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _distinct(leaders: list) -> list:
+    """Drop layouts that only trade CP for DP or micro-batch size at the same time (within
+    0.05%) as a simpler one already listed: they are the same plan to the reader."""
+    kept = []
+    for t, par in leaders:
+        same = (par.tp, par.pp, par.zero, par.recompute, par.schedule, par.vpp)
+        if not any(abs(t - u) <= 5e-4 * u and same == (q.tp, q.pp, q.zero, q.recompute, q.schedule, q.vpp)
+                   for u, q in kept):
+            kept.append((t, par))
+    return kept
+
+
+def _simulated(search, par) -> Plan | None:
+    try:
+        mem = estimate_memory(search.model, search.cluster, par)
+    except ConfigError:
+        return None
+    if not mem.fits:
+        return None
+    step = estimate_step(search.model, search.cluster, par, search.profile)
+    return Plan(par=par, step=step, memory_gib=mem.total_gib, stage_gib=tuple(s.total_gib for s in mem.stages))
+
+
+def _rebalanced(search, par):
+    if not (search.uneven and par.pp > 1 and par.vpp == 1 and par.schedule != "dualpipe" and not par.split):
+        return None
+    split = balance_split(search.model, search.cluster, par, search.profile,
+                          USABLE_FRACTION * search.cluster.gpu.memory_gib)
+    even = tuple(len(x) for x in stage_layers(search.model, par))
+    return replace(par, split=split) if split and split != even else None
+
+
+def _impossible(search) -> tuple[str, int]:
+    """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
+    model, cluster = search.model, search.cluster
+    frugal = [r for r in search.rejected if r.reason.startswith("even at")]
+    text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
+            f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
+            f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
+    if frugal:
+        closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
+        text += f"; the closest, {short(closest.par)}, is {closest.reason.split('setting, ')[1]}"
+    counts = _node_counts(cluster.nodes)
+    for nodes in counts:
+        bigger = replace(cluster, nodes=nodes)
+        fit = _Search(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
+        if fit is not None:
+            return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "
+                    f"for example {short(fit)}.", bigger.world)
+    return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0
+
+
+def _node_counts(start: int) -> list[int]:
+    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps."""
+    counts = list(range(start + 1, start + 17))
+    while counts[-1] < 65_536:
+        counts.append(int(counts[-1] * 1.25) + 1)
+    return counts

@@ -1,0 +1,168 @@
+"""The planner: the 405B targets, validity of every plan, monotonicity in memory, the uneven
+split, an impossible request, exports, the CLI and the intra-operator MILP."""
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from calculators.errors import ConfigError
+from calculators.export import FORMATS, export
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.ilp import costs, solve
+from calculators.memory import estimate_memory, peak_memory, stage_layers
+from calculators.parallel import check_layout
+from calculators.planner import balance_split, plan
+from calculators.presets import model_from_name
+from calculators.profiles import default_profile
+from calculators.step import estimate_step
+
+H100 = gpu_from_name("H100-80GB")
+L405 = model_from_name("llama3-405b")
+
+
+def _assert_valid(model, cluster, result):
+    for p in result.plans:
+        check_layout(model, cluster, p.par)
+        mem = estimate_memory(model, cluster, p.par)
+        assert mem.fits and mem.total_gib == pytest.approx(p.memory_gib)
+        assert estimate_step(model, cluster, p.par).time_s == pytest.approx(p.step.time_s)
+    times = [p.step.time_s for p in result.plans]
+    assert times == sorted(times)
+
+
+def test_405b_on_2048_h100_beats_the_published_layout_in_under_5_s():
+    cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
+    t0 = time.perf_counter()
+    result = plan(L405, cluster, seq=8192, gbs=2048)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 5.0, f"planning took {elapsed:.1f} s"
+    assert len(result.plans) >= 3
+    _assert_valid(L405, cluster, result)
+    # Llama 3's published layout (tp 8, pp 16, dp 16), with whatever else makes it fit and run fastest
+    published = plan(L405, cluster, seq=8192, gbs=2048, constraints={"tp": 8, "pp": 16, "cp": 1})
+    assert published.plans, published.impossible
+    assert all((p.par.tp, p.par.pp, p.par.dp) == (8, 16, 16) for p in published.plans)
+    assert result.plans[0].step.time_s <= published.plans[0].step.time_s
+    assert result.why.startswith(result.plans[0].label())
+
+
+def test_405b_on_16384_gpus_in_under_5_s():
+    cluster = ClusterSpec(H100, nodes=2048, gpus_per_node=8)
+    t0 = time.perf_counter()
+    result = plan(L405, cluster, seq=8192, gbs=2048)
+    assert time.perf_counter() - t0 < 5.0
+    assert len(result.plans) >= 3
+    _assert_valid(L405, cluster, result)
+
+
+def test_uneven_split_lightens_the_ends_and_respects_memory():
+    cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
+    par = check_par = replace(plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "full",
+                                                                "schedule": "1f1b", "zero": 1, "mbs": 1,
+                                                                "uneven_split": False}).plans[0].par)
+    usable = 0.77 * H100.memory_gib
+    split = balance_split(L405, cluster, par, default_profile(H100.name), usable)
+    assert sum(split) == L405.layers and len(split) == 16 and min(split) >= 1
+    uneven = replace(check_par, split=split)
+    assert [len(x) for x in stage_layers(L405, uneven)] == list(split)
+    assert estimate_memory(L405, cluster, uneven).fits
+    # the last stage carries the output layer and the loss: it gets fewer layers than the middle
+    assert split[-1] < max(split)
+    # the DP's objective (sum of stage times + (m-1) x the slowest) is no worse than the even split's
+    closed = [estimate_step(L405, cluster, p, pipeline="closed").time_s for p in (uneven, par)]
+    assert closed[0] <= closed[1] * (1 + 1e-12)
+
+
+def test_an_impossible_request_names_the_smallest_cluster_that_fits():
+    one_node = ClusterSpec(H100, nodes=1, gpus_per_node=8)
+    result = plan(L405, one_node, seq=8192, gbs=2048)
+    assert not result.plans and "does not fit" in result.impossible
+    nodes = result.min_gpus // 8
+    assert nodes > 1 and f"{nodes} nodes" in result.impossible
+    assert plan(L405, replace(one_node, nodes=nodes), 8192, 2048).plans          # it fits there
+    assert not plan(L405, replace(one_node, nodes=nodes - 1), 8192, 2048).plans  # and not one node fewer
+
+
+@settings(max_examples=8, deadline=None)
+@given(memory=st.sampled_from([24.0, 40.0, 48.0, 80.0]), extra=st.sampled_from([8.0, 40.0, 100.0]),
+       nodes=st.sampled_from([1, 2]), seq=st.sampled_from([2048, 4096]))
+def test_more_memory_never_gives_a_slower_best_plan(memory, extra, nodes, seq):
+    model = model_from_name("llama3-8b")
+    small = ClusterSpec(replace(H100, memory_gib=memory), nodes=nodes)
+    big = ClusterSpec(replace(H100, memory_gib=memory + extra), nodes=nodes)
+    a, b = plan(model, small, seq, 64), plan(model, big, seq, 64)
+    _assert_valid(model, small, a)
+    _assert_valid(model, big, b)
+    if a.plans:
+        assert b.plans[0].step.time_s <= a.plans[0].step.time_s * (1 + 1e-9)
+
+
+def test_constraints_are_obeyed_and_bad_ones_are_explained():
+    cluster = ClusterSpec(H100, nodes=2)
+    model = model_from_name("llama3-8b")
+    result = plan(model, cluster, 4096, 128, {"tp": [2, 4], "recompute": "none", "schedule": ["1f1b"]})
+    assert result.plans and all(p.par.tp in (2, 4) and p.par.recompute == "none" for p in result.plans)
+    with pytest.raises(ConfigError, match="unknown key"):
+        plan(model, cluster, 4096, 128, {"tensor": 2})
+    with pytest.raises(ConfigError, match="schedule"):
+        plan(model, cluster, 4096, 128, {"schedule": "2f2b"})
+
+
+def test_exports_carry_the_layout():
+    cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
+    par = plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "none"}).plans[0].par
+    assert par.split, "expected the DP to split layers unevenly here"
+    meg, _ = export("megatron", L405, cluster, par)
+    assert "--tensor-model-parallel-size 8" in meg and "--pipeline-model-parallel-size 16" in meg
+    layout = meg.split('--pipeline-model-parallel-layout "')[1].split('"')[0]
+    assert [int(s.split("t*")[1].split(",")[0]) for s in layout.split("|")] == list(par.split)
+    ds, _ = export("deepspeed", L405, cluster, par)
+    cfg = json.loads(ds)
+    assert cfg["train_batch_size"] == 2048 and cfg["train_micro_batch_size_per_gpu"] * par.dp * \
+        cfg["gradient_accumulation_steps"] == 2048
+    titan, notes = export("torchtitan", L405, cluster, par)
+    assert "tensor_parallel_degree = 8" in titan and "pipeline_parallel_degree = 16" in titan and notes
+    harness, _ = export("harness", L405, cluster, par, "llama3-405b")
+    assert "--nnodes 256" in harness and "--split " + ",".join(map(str, par.split)) in harness
+    assert set(FORMATS) == {"harness", "megatron", "torchtitan", "deepspeed"}
+
+
+def test_plan_cli():
+    request = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nodes": 1}, "seq": 4096,
+               "gbs": 64, "top": 3}
+    out = subprocess.run([sys.executable, "-m", "calculators", "plan"], input=json.dumps(request),
+                         capture_output=True, text=True, check=True)
+    answer = json.loads(out.stdout)
+    assert 1 <= len(answer["plans"]) <= 3 and answer["plans"][0]["memory"]["fits"]
+    assert set(answer["plans"][0]["exports"]) == set(FORMATS)
+    bad = subprocess.run([sys.executable, "-m", "calculators", "plan"], input='{"model": {"preset": "llama3-8b"}}',
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "lacks seq, gbs" in bad.stderr
+
+
+def test_peak_memory_is_estimate_memorys_worst_stage():
+    cluster = ClusterSpec(H100, nodes=16)
+    for kw in ({"pp": 8, "dp": 2}, {"pp": 16, "dp": 1, "schedule": "zb"}, {"pp": 2, "dp": 8, "recompute": "full"}):
+        par = replace(plan(L405, cluster, 8192, 64, {"tp": 8, "cp": 1}).plans[0].par, split=(), **kw)
+        est, peak = estimate_memory(L405, cluster, par), peak_memory(L405, cluster, par)
+        assert peak.total_gib == pytest.approx(est.total_gib) and peak.stage == est.worst.stage
+
+
+def test_sharding_milp_matches_the_exact_chain_optimum_and_puts_tp_on_the_fast_links():
+    cluster = ClusterSpec(H100, nodes=4)
+    sol = solve(L405, cluster, batch=16, seq=8192)
+    assert sol.solve_s < 1.0
+    ops, cands, node, edge = costs(L405, cluster, 16, 8192)
+    best = np.array(node[0])                       # exact optimum of the chain, by dynamic programming
+    for o in range(1, len(ops)):
+        best = (best[:, None] + edge[o - 1]).min(axis=0) + np.array(node[o])
+    assert sol.cost_s == pytest.approx(best.min(), rel=1e-6)
+    # Alpa's insight: the slow (inter-node) axis carries data parallelism, the fast one tensor parallelism
+    for op, (slow, fast) in zip(sol.ops, sol.strategies):
+        if not op.attention:
+            assert slow == "T" and fast in ("K", "N"), (op.name, slow, fast)

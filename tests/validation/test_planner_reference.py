@@ -1,0 +1,13 @@
+"""The planner on the nanotron runs (validation/planner.py). The issue's targets (measured best in
+the top 5 in most cells; the top plan at >= 90% of the best measured) are not met yet: the time
+model is too optimistic on many nodes (validation/time.py). These bounds guard today's level."""
+import statistics
+
+from validation.planner import check
+
+
+def test_planner_on_the_nanotron_cells_does_not_regress():
+    c = check()
+    assert c.cells >= 30
+    assert c.in_top / c.cells >= 0.25
+    assert statistics.mean(c.ratios) >= 0.80
