@@ -58,7 +58,8 @@ def why(a, b) -> str:
     gains = sorted(((v, k) for k, v in diffs.items() if v > 1e-6 * ta), reverse=True)
     losses = sorted((v, k) for k, v in diffs.items() if v < -1e-6 * ta)
     knobs = [f"{k} {_fmt(getattr(a.par, k))} instead of {_fmt(getattr(b.par, k))}"
-             for k in COMPARED if getattr(a.par, k) != getattr(b.par, k) and k != "split"]
+             for k in COMPARED if getattr(a.par, k) != getattr(b.par, k) and k != "split"
+             and (k != "schedule" or min(a.par.pp, b.par.pp) > 1)]        # one stage: no schedule
     if a.par.split != b.par.split:
         knobs.append("its own layer split" if a.par.split else "an even layer split")
     text = (f"{a.label()} beats {b.label()} by {100 * (tb / ta - 1):.1f}% ({ta:.3g} s vs {tb:.3g} s per step)")

@@ -96,6 +96,8 @@ def _structures(model, cluster, space, gbs):
         for cp in space["cp"]:
             for pp in space["pp"]:
                 if world % (tp * cp * pp):
+                    yield dict(tp=tp, cp=cp, pp=pp, dp=1, ep=1, etp=0), \
+                        f"tp*cp*pp = {tp}*{cp}*{pp} does not divide the {world} GPUs"
                     continue
                 dp = world // (tp * cp * pp)
                 for ep in space["ep"]:
@@ -394,6 +396,11 @@ def _impossible(search) -> tuple[str, int]:
     """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
     model, cluster = search.model, search.cluster
     frugal = [r for r in search.rejected if r.reason.startswith("even at")]
+    if not frugal:
+        reasons = list(dict.fromkeys(r.reason for r in search.rejected))
+        return (f"no layout in the allowed space is valid for {model.name} on {cluster.world} GPUs: "
+                + "; ".join(reasons[:3]) + ("" if len(reasons) <= 3 else f"; and {len(reasons) - 3} more")
+                + ". Widen the constraints.", 0)
     text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
             f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")

@@ -111,6 +111,8 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
         plan(model, cluster, 4096, 128, {"tensor": 2})
     with pytest.raises(ConfigError, match="schedule"):
         plan(model, cluster, 4096, 128, {"schedule": "2f2b"})
+    nothing = plan(model, cluster, 4096, 128, {"tp": 3})
+    assert not nothing.plans and "does not divide the 16 GPUs" in nothing.impossible and nothing.min_gpus == 0
 
 
 def test_exports_carry_the_layout():
