@@ -21,20 +21,19 @@ GPipe is left out unless asked for: 1F1B has its bubble with less memory.
 from __future__ import annotations
 
 import bisect
-import math
 import time
 from dataclasses import replace
 
-import numpy as np
 
 from .errors import ConfigError
 from .explain import Plan, PlanResult, Rejected, rejections, short, why
 from .hardware import ClusterSpec
-from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers, stage_memory_fn
+from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
 from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig
 from .profiles import HardwareProfile, default_profile
-from .step import estimate_step, stage_costs
+from .split import balance_split
+from .step import estimate_step
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
@@ -266,57 +265,6 @@ class _Search:
         if mem.sum_gib > par.pp * usable or not self.worth_rebalancing(par):
             return None
         return balance_split(self.model, self.cluster, par, self.profile, usable)
-
-
-def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, profile: HardwareProfile,
-                  usable_gib: float) -> tuple | None:
-    """Layers per pipeline rank minimising the step, sum of stage times + (m-1) x the slowest,
-    with every stage within `usable_gib`; None when no split fits.
-
-    The layers are fixed, so the sum is too, and the step falls with the slowest stage: the DP
-    finds, for each rank r and each count j of leading layers, the smallest possible slowest
-    stage among ranks 0..r holding layers 0..j-1 (best[j] = min over n of max(best_prev[j-n],
-    time of rank r with layers j-n..j-1), for every j at once with numpy). Stage time
-    and memory are affine in the layers a rank holds (per-layer cost of its kind plus the rank's
-    own: embedding, output layer, in-flight micro-batches), taken from step.py and memory.py.
-    """
-    p, L = par.pp, model.layers
-    even = replace(par, split=())
-    costs = stage_costs(model, cluster, even, profile)
-    kind = [model.is_moe_layer(i) for i in range(L)]
-    per_layer = np.array([sum(costs.layer[k]) for k in kind])
-    own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[list(costs.layers[r])].sum() for r in range(p)]
-    fn = stage_memory_fn(model, even)
-    sample = {moe: kind.index(moe) for moe in costs.layer}
-    P = np.concatenate([[0.0], np.cumsum(per_layer)])
-    best = np.full(L + 1, math.inf)
-    best[0] = 0.0
-    start = np.zeros((p, L + 1), dtype=int)
-    for r in range(p):
-        one = {moe: fn(r, [k]).total_gib for moe, k in sample.items()}
-        slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}
-        room = usable_gib - max(one[moe] - slope[moe] for moe in sample)
-        M = np.concatenate([[0.0], np.cumsum([slope[k] for k in kind])])
-        new = np.full(L + 1, math.inf)
-        for n in range(1, L + 1):              # n layers on rank r, ending at layer j
-            j = np.arange(n, L + 1)
-            i = j - n
-            fits = M[j] - M[i] <= room
-            if not fits.any():
-                break                          # more layers only need more memory
-            t = np.where(fits, np.maximum(best[i], own[r] + P[j] - P[i]), math.inf)
-            better = t < new[j]
-            new[j] = np.where(better, t, new[j])
-            start[r, j] = np.where(better, i, start[r, j])
-        best = new
-    if not np.isfinite(best[L]):
-        return None
-    split, end = [], L
-    for r in range(p - 1, -1, -1):
-        first = int(start[r][end])
-        split.append(end - first)
-        end = first
-    return tuple(reversed(split))
 
 
 # ------------------------------------------------------------------------------- the plan

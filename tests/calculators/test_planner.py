@@ -16,7 +16,8 @@ from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.ilp import costs, solve
 from calculators.memory import estimate_memory, peak_memory, stage_layers
 from calculators.parallel import check_layout
-from calculators.planner import balance_split, plan
+from calculators.planner import plan
+from calculators.split import balance_split
 from calculators.presets import model_from_name
 from calculators.profiles import default_profile
 from calculators.step import estimate_step
