@@ -169,6 +169,8 @@ def pipeline_time(schedule: str, p: int, m: int, v: int, costs: StageCosts) -> f
 def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                   profile: HardwareProfile | None = None, pipeline: str = "simulate") -> StepEstimate:
     """pipeline="simulate" times every op (the answer); "closed" uses `pipeline_time` (fast)."""
+    if pipeline not in ("simulate", "closed"):
+        raise ValueError(f"pipeline must be 'simulate' or 'closed' (got {pipeline!r})")
     profile = profile or default_profile(cluster.gpu.name)
     gpu, p, m = cluster.gpu, par.pp, par.microbatches
     v = par.vpp if par.schedule == "interleaved" else 1
