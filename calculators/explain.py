@@ -24,13 +24,17 @@ class Plan:
     stage_gib: tuple             # per pipeline rank
 
     def label(self) -> str:
-        p = self.par
-        parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
-        parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
-        parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, f"recompute={p.recompute}"]
-        if p.split:
-            parts.append("split=" + "/".join(map(str, p.split)))
-        return " ".join(parts)
+        return label(self.par)
+
+
+def label(p: ParallelConfig) -> str:
+    """A layout in one line: tp8 cp1 pp16 dp16 zero1 mbs1 1f1b recompute=full."""
+    parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
+    parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
+    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, f"recompute={p.recompute}"]
+    if p.split:
+        parts.append("split=" + "/".join(map(str, p.split)))
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class Rejected:
     par: ParallelConfig
     reason: str
     time_s: float | None = None  # estimated step had it been chosen (None: not timed)
+    kind: str = "invalid"        # invalid | oom | frugal_oom (its structure never fits) | slower
 
 
 @dataclass
@@ -89,8 +94,8 @@ def rejections(search, ranked, runners_up):
         winner = ranked[0]
         for t, par in runners_up:
             out.append(Rejected(par, f"fits, but about {t - winner.step.time_s:.3g} s slower per step "
-                                     f"({t:.3g} s, closed-form pipeline)", t))
-    oom = [r for r in search.rejected if r.reason.startswith(("out of memory", "even at"))][:TIMED_REJECTS]
+                                     f"({t:.3g} s, closed-form pipeline)", t, "slower"))
+    oom = [r for r in search.rejected if r.kind in ("oom", "frugal_oom")][:TIMED_REJECTS]
     timed = []
     for r in oom:
         try:
@@ -105,11 +110,11 @@ def rejections(search, ranked, runners_up):
     for t, r in tempting:
         if (r.reason, round(t, 3)) not in seen:
             seen.add((r.reason, round(t, 3)))
-            out.append(Rejected(r.par, r.reason + (f"; it would take {t:.3g} s per step" if ranked else ""), t))
-    pruned = sorted((r for r in search.rejected if r.reason.startswith("slower")), key=lambda r: r.time_s)
+            out.append(Rejected(r.par, r.reason + (f"; it would take {t:.3g} s per step" if ranked else ""), t, r.kind))
+    pruned = sorted((r for r in search.rejected if r.kind == "slower"), key=lambda r: r.time_s)
     invalid, reasons = [], set()
     for r in search.rejected:
-        if not r.reason.startswith(("out of memory", "even at", "slower")) and r.reason not in reasons:
+        if r.kind == "invalid" and r.reason not in reasons:
             reasons.add(r.reason)
             invalid.append(Rejected(r.par, "invalid: " + r.reason))
     return out + pruned[:1] + invalid[:2]

@@ -191,7 +191,8 @@ class _Search:
             if isinstance(mem, ConfigError):
                 self.rejected.append(Rejected(base, str(mem)))
             elif not mem.fits and not (self.uneven and self._balanced(base, mem)):
-                self.rejected.append(Rejected(base, "even at its most frugal setting, " + _oom_reason(mem)))
+                self.rejected.append(Rejected(base, "even at its most frugal setting, " + _oom_reason(mem),
+                                              kind="frugal_oom"))
             else:
                 yield base
 
@@ -202,7 +203,7 @@ class _Search:
         for t, _, base in bases:
             if len(self.leaders) >= FINALISTS and t > PRUNE * self.leaders[-1]:
                 self.rejected.append(Rejected(base, f"slower: at best {t:.3g} s per step, more than "
-                                                    f"{PRUNE - 1:.0%} behind the leaders", t))
+                                                    f"{PRUNE - 1:.0%} behind the leaders", t, "slower"))
                 continue
             self._expand(base)
 
@@ -254,7 +255,7 @@ class _Search:
         split = self._balanced(par, mem) if self.uneven else None
         if split:
             return replace(par, split=split)
-        self.rejected.append(Rejected(par, _oom_reason(mem)))
+        self.rejected.append(Rejected(par, _oom_reason(mem), kind="oom"))
         return None
 
     def _balanced(self, par, mem):
@@ -343,7 +344,7 @@ def _rebalanced(search, par):
 def _impossible(search) -> tuple[str, int]:
     """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
     model, cluster = search.model, search.cluster
-    frugal = [r for r in search.rejected if r.reason.startswith("even at")]
+    frugal = [r for r in search.rejected if r.kind == "frugal_oom"]
     if not frugal:
         reasons = list(dict.fromkeys(r.reason for r in search.rejected))
         return (f"no layout in the allowed space is valid for {model.name} on {cluster.world} GPUs: "
@@ -354,7 +355,7 @@ def _impossible(search) -> tuple[str, int]:
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
     if frugal:
         closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
-        text += f"; the closest, {short(closest.par)}, is {closest.reason.split('setting, ')[1]}"
+        text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
     counts = _node_counts(cluster.nodes)
     for nodes in counts:
         bigger = replace(cluster, nodes=nodes)

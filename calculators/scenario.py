@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, fields
-from types import SimpleNamespace
 from functools import lru_cache
 
 from .errors import ConfigError
@@ -124,6 +123,7 @@ def plan_answer(request: dict) -> dict:
     """The plan contract: {model, hardware, seq, gbs, constraints?, top?} -> ranked plans (each
     with its parallel layout, step and memory answers and its exports), why the winner wins, the
     most instructive rejections; or, when nothing fits, `impossible` and `min_gpus`."""
+    from .explain import label
     from .export import FORMATS, export
     from .planner import plan
     if not isinstance(request, dict):
@@ -151,14 +151,10 @@ def plan_answer(request: dict) -> dict:
                       "exports": {fmt: dict(zip(("text", "notes"), export(fmt, model, cluster, p.par, ref)))
                                   for fmt in FORMATS}})
     return {"plans": plans, "why": result.why,
-            "rejected": [{"label": _label(r.par), "reason": r.reason, "time_s": r.time_s} for r in result.rejected],
+            "rejected": [{"label": label(r.par), "reason": r.reason, "time_s": r.time_s, "kind": r.kind}
+                         for r in result.rejected],
             "searched": result.searched, "seconds": result.seconds, "impossible": result.impossible,
             "min_gpus": result.min_gpus}
-
-
-def _label(par: ParallelConfig) -> str:
-    from .explain import Plan
-    return Plan.label(SimpleNamespace(par=par))
 
 
 def evaluate_line(line: str) -> dict:
