@@ -1,0 +1,150 @@
+"""python -m benchmarks <suite> ... (launch multi-rank suites with torchrun).
+
+    torchrun --nproc-per-node 8 -m benchmarks train --model nanotron-1.34b --tp 2 --zero 1 --gbs 64 --seq 4096 --out results/mine.jsonl
+    torchrun --nproc-per-node 8 -m benchmarks collectives --out results/mine.jsonl
+    python -m benchmarks gemm --out results/mine.jsonl
+    python -m benchmarks memory --world 64 --tp 8 --zero 3 --model llama3-8b --out results/mine.jsonl
+    torchrun --nproc-per-node 8 -m benchmarks sweep configs.jsonl --out results/mine.jsonl   # resumes
+    python -m benchmarks smoke --device cpu --out /tmp/smoke.jsonl
+    python -m benchmarks calibrate results/mine.jsonl --gpu H100-80GB --out my_cluster.json
+
+Exit codes: 0 every run ok, 1 some run failed or ran out of memory, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from calculators.errors import ConfigError
+
+from . import config as cfg
+
+
+def _device_and_grid(name: str):
+    from . import host
+    g = host.grid()
+    device = host.pick_device(name, g)
+    host.init_distributed(g, device)
+    return g, device
+
+
+def _finish(rows) -> int:
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def cmd_train(ns) -> int:
+    from .runner import run_case, summary
+    run = cfg.from_args(ns)
+    g, device = _device_and_grid(run.device)
+    row = run_case("train", run.as_dict(), ns.out, g, device)
+    if g.rank == 0:
+        print(summary(row))
+        if ns.json:
+            print(json.dumps(row))
+    return _finish([row])
+
+
+def cmd_sweep(ns) -> int:
+    from .sweep import sweep
+    return sweep(ns.file, ns.out, ns.device, ns.retry_errors)
+
+
+def cmd_collectives(ns) -> int:
+    from .runner import run_case, summary
+    g, device = _device_and_grid(ns.device)
+    rows = []
+    from .collectives import cases
+    for case in cases(ns.ops.split(","), [int(float(s)) for s in ns.sizes.split(",")], g, ns.iters):
+        rows.append(run_case("collectives", case, ns.out, g, device))
+        if g.rank == 0:
+            print(summary(rows[-1]))
+    return _finish(rows)
+
+
+def cmd_gemm(ns) -> int:
+    from .runner import run_case, summary
+    g, device = _device_and_grid(ns.device)
+    from .gemm import cases
+    rows = [run_case("gemm", c, ns.out, g, device) for c in cases(ns.shapes, ns.dtypes.split(","), ns.iters)]
+    for r in rows:
+        print(summary(r))
+    return _finish(rows)
+
+
+def cmd_memory(ns) -> int:
+    from .memory import run_memory
+    row = run_memory(cfg.from_args(ns), ns.world, ns.rank, ns.out)
+    print(json.dumps({"status": row["status"], "error": row.get("error", ""), "metrics": row["metrics"],
+                      "prediction": row["prediction"].get("memory", row["prediction"])}, indent=1))
+    return 0 if row["status"] == "ok" else 1
+
+
+def cmd_smoke(ns) -> int:
+    from .smoke import smoke
+    return smoke(ns.device, ns.out, ns.nproc)
+
+
+def cmd_calibrate(ns) -> int:
+    from .calibrate import calibrate
+    return calibrate(ns.results, ns.gpu, ns.out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="suite", required=True)
+    p = sub.add_parser("train", help="time training steps of one layout")
+    cfg.add_arguments(p)
+    p.add_argument("--out", help="append the result row to this JSON Lines file")
+    p.add_argument("--json", action="store_true", help="also print the row")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("sweep", help="run every config of a file, skipping those already in --out")
+    p.add_argument("file")
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--retry-errors", action="store_true", help="re-run configs recorded as errors")
+    p.set_defaults(fn=cmd_sweep)
+    p = sub.add_parser("collectives", help="bus bandwidth vs message size per group placement")
+    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,p2p")
+    p.add_argument("--sizes", default="1e6,1.6e7,2.56e8", help="message sizes in bytes")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_collectives)
+    p = sub.add_parser("gemm", help="matmul TFLOP/s vs shape and dtype")
+    p.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096,16384x4096x4096,4096x1024x4096",
+                   help="MxNxK,...")
+    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_gemm)
+    p = sub.add_parser("memory", help="one rank of a large layout on one device (fake process group)")
+    cfg.add_arguments(p)
+    p.add_argument("--world", type=int, required=True, help="the layout's total ranks")
+    p.add_argument("--rank", type=int, default=0, help="which rank to be")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_memory)
+    p = sub.add_parser("smoke", help="every strategy on a tiny model, 2 processes")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default="smoke.jsonl")
+    p.add_argument("--nproc", type=int, default=2)
+    p.set_defaults(fn=cmd_smoke)
+    p = sub.add_parser("calibrate", help="fit a hardware profile to results")
+    p.add_argument("results", nargs="+")
+    p.add_argument("--gpu", default="H100-80GB", help="the GPU preset the results were measured on")
+    p.add_argument("--out", required=True, help="profile JSON to write (load it with hardware.profile)")
+    p.set_defaults(fn=cmd_calibrate)
+    ns = ap.parse_args(argv)
+    try:
+        return ns.fn(ns)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""`python -m benchmarks calibrate RESULTS --gpu H100-80GB --out my_cluster.json`: fit the hardware
+profile's efficiency knobs to measured results and write a profile the calculators and the app
+load (`"hardware": {"profile": "my_cluster.json"}`).
+
+What is fitted, from which rows (status ok, measured on the given GPU):
+- gemm rows (bf16): `gemm_fraction` and `gemm_half_dim`, the GEMM efficiency curve
+  rate = peak x gemm_fraction x d / (d + gemm_half_dim), d the smallest GEMM dimension, by least
+  squares on the log of the rate (a grid over gemm_half_dim, the best fraction in closed form);
+- collectives rows: each collective's intra-node bus-bandwidth efficiency and the fabric limit
+  (calculators/calibrate.py, fit_network).
+Everything else keeps the GPU's default profile; the profile's source says what was fitted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from calculators.calibrate import fit_network
+from calculators.errors import ConfigError
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.profiles import HardwareProfile, default_profile, save_profile
+
+from . import results
+
+
+def fit_gemm(profile: HardwareProfile, peak_tflops: float, rows) -> HardwareProfile:
+    """rows: (m, n, k, measured TFLOP/s). GEMMs that take under twice the profile's minimum
+    kernel time are left out: launch overhead, not the efficiency curve, sets their rate."""
+    floor = 2 * profile.kernel_us * 1e-6
+    rows = [(min(m, n, k), t) for m, n, k, t in rows if t > 0 and 2 * m * n * k / (t * 1e12) > floor]
+    if not rows:
+        return profile
+    d = np.array([r[0] for r in rows], dtype=float)
+    log_rate = np.log([r[1] / peak_tflops for r in rows])
+    best = None
+    for half in np.geomspace(1.0, 16384.0, 200):
+        shape = np.log(d / (d + half))
+        log_frac = float(np.mean(log_rate - shape))             # least squares for the fraction
+        err = float(np.sum((log_rate - shape - log_frac) ** 2))
+        if best is None or err < best[0] - 1e-12:
+            best = (err, half, math.exp(log_frac))
+    _, half, frac = best
+    if len({int(x) for x in d}) == 1:                           # one size: the curve's bend is unknown
+        half = profile.gemm_half_dim
+        frac = math.exp(float(np.mean(log_rate - np.log(d / (d + half)))))
+    return replace(profile, gemm_fraction=min(1.5, frac), gemm_half_dim=float(half))
+
+
+def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
+    gpu = gpu_from_name(gpu_name)
+    base = default_profile(gpu_name)
+    gemms = [(r["metrics"]["m"], r["metrics"]["n"], r["metrics"]["k"], r["metrics"]["tflops"])
+             for r in rows if r["suite"] == "gemm" and r["status"] == "ok" and r["metrics"].get("dtype") == "bf16"]
+    colls = [(r["metrics"]["op"], r["metrics"]["group_nodes"], r["metrics"]["bytes"], r["metrics"]["busbw_gbps"])
+             for r in rows if r["suite"] == "collectives" and r["status"] == "ok"
+             and r["config"].get("placement", "world") in ("world", "intra")]
+    notes = []
+    prof = fit_gemm(base, gpu.bf16_tflops, gemms)
+    if gemms:
+        notes.append(f"GEMM curve from {len(gemms)} bf16 GEMMs: gemm_fraction {prof.gemm_fraction:.3f}, "
+                     f"gemm_half_dim {prof.gemm_half_dim:.0f}")
+    if colls:
+        nodes = max(c[1] for c in colls)
+        prof = fit_network(prof, ClusterSpec(gpu, nodes=nodes), colls)
+        notes.append(f"network from {len(colls)} collectives on up to {nodes} node(s): fabric_gbps {prof.fabric_gbps:.0f}")
+    if not notes:
+        raise ConfigError("no ok bf16 gemm or collectives rows to fit: run `python -m benchmarks gemm` "
+                          "and `torchrun ... -m benchmarks collectives` on the GPUs first")
+    prof = replace(prof, name=f"{gpu_name}-calibrated", source=f"{base.source}; calibrated: " + "; ".join(notes))
+    return prof, notes
+
+
+def calibrate(paths, gpu_name: str, out: str) -> int:
+    loaded = results.load(*paths)
+    for p in loaded.problems:
+        print(f"skipped {p}")
+    prof, notes = calibrate_rows(loaded.rows, gpu_name)
+    save_profile(prof, out)
+    print("\n".join(notes) + f"\nwrote {out}; use it with \"hardware\": {{\"profile\": \"{out}\"}}")
+    return 0

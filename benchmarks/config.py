@@ -1,0 +1,160 @@
+"""What one benchmark run is: a model, a layout and run options, described with the calculators'
+own fields so every result carries the scenario its prediction was made from.
+
+    spec = RunSpec.from_dict({"model": "llama3-1b", "tp": 2, "zero": 3, "gbs": 8, "seq": 4096})
+    spec.scenario(world=8, ...)   # the calculators' {"model", "hardware", "parallel"}
+
+`dp` is what the world leaves: world / (tp * cp * pp). Sequence parallelism is on with TP unless
+`sp` is false (as Megatron and torchtitan run TP).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from calculators.errors import ConfigError
+from calculators.hf_config import from_hf_config
+from calculators.models import ModelSpec, MoESpec
+from calculators.parallel import RECOMPUTE, SCHEDULES, ParallelConfig
+from calculators.presets import model_from_name
+from calculators.scenario import parse_model
+
+# A model small enough for CPU smoke tests and loss-equivalence checks (GQA: 4 heads, 2 kv heads).
+TINY = ModelSpec(layers=4, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256, name="tiny",
+                 source="harness smoke-test model")
+TINY_MOE = replace(TINY, name="tiny-moe", moe=MoESpec(experts=4, top_k=2, expert_ffn=64))
+LOCAL_MODELS = {"tiny": TINY, "tiny-moe": TINY_MOE}
+
+
+def resolve_model(ref) -> ModelSpec:
+    """A preset id, 'tiny', a config.json path, or a calculators model dict."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    if isinstance(ref, dict):
+        return parse_model(ref)
+    if ref in LOCAL_MODELS:
+        return LOCAL_MODELS[ref]
+    if str(ref).endswith(".json"):
+        path = Path(ref)
+        if not path.exists():
+            raise ConfigError(f"model config {ref!r} not found")
+        return from_hf_config(path.read_text())
+    return model_from_name(str(ref))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    model: str = "tiny"          # preset id, "tiny", or a config.json path
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    pp: int = 1
+    vpp: int = 1
+    zero: int = 0                # 0: DDP; 1 and 2: FSDP2 without reshard after forward; 3: FSDP2 full shard
+    sp: bool = True              # sequence parallelism when tp > 1
+    mbs: int = 1
+    gbs: int = 8
+    seq: int = 128
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    precision: str = "bf16"      # bf16 (autocast / FSDP2 mixed precision) | fp32 (CPU checks) | fp8
+    split: tuple = ()            # layers per pipeline rank
+    steps: int = 5               # timed steps
+    warmup: int = 2
+    optimizer: str = "adamw"     # adamw | sgd (sgd is scale-sensitive: the loss-equivalence tests use it)
+    lr: float = 3e-4
+    seed: int = 0
+    compile: bool = False
+    device: str = "auto"         # auto | cpu | cuda
+    name: str = ""               # a label for the run (smoke cases)
+
+    def __post_init__(self):
+        if isinstance(self.split, (list, str)):
+            split = self.split.split(",") if isinstance(self.split, str) else self.split
+            object.__setattr__(self, "split", tuple(int(x) for x in split if str(x).strip()))
+        p = []
+        if self.recompute not in RECOMPUTE:
+            p.append(f"recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
+        if self.schedule not in SCHEDULES:
+            p.append(f"schedule must be one of {SCHEDULES} (got {self.schedule!r})")
+        if self.precision not in ("bf16", "fp32", "fp8"):
+            p.append(f"precision must be bf16, fp32 or fp8 (got {self.precision!r})")
+        if self.optimizer not in ("adamw", "sgd"):
+            p.append(f"optimizer must be adamw or sgd (got {self.optimizer!r})")
+        if self.ep != 1:
+            p.append("expert parallelism is not built in the harness yet: use --ep 1 (MoE layers are "
+                     "replicated or sharded by FSDP)")
+        if self.steps < 1 or self.warmup < 0:
+            p.append("steps must be >= 1 and warmup >= 0")
+        if p:
+            raise ConfigError(p)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSpec":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names - {"suite"})
+        if unknown:
+            raise ConfigError(f"unknown run option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["split"] = list(self.split)
+        return d
+
+    def spec(self) -> ModelSpec:
+        return resolve_model(self.model)
+
+    def parallel(self, world: int) -> ParallelConfig:
+        """The calculators' layout for this run on `world` ranks (raises ConfigError when it cannot be)."""
+        inner = self.tp * self.cp * self.pp
+        if world % inner:
+            raise ConfigError(f"world size {world} is not divisible by tp*cp*pp = {inner}; "
+                              f"launch a multiple of {inner} processes")
+        dp = world // inner
+        if self.gbs % (dp * self.mbs):
+            raise ConfigError(f"gbs={self.gbs} must be a multiple of dp*mbs = {dp}*{self.mbs}")
+        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, zero=self.zero,
+                              sp=self.sp and self.tp > 1, mbs=self.mbs, gbs=self.gbs, seq=self.seq,
+                              recompute=self.recompute, schedule=self.schedule,
+                              precision="fp8" if self.precision == "fp8" else "bf16",
+                              framework="fsdp2", split=self.split)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The train/memory CLI: the flags `python -m calculators plan --export harness` writes."""
+    for f in fields(RunSpec):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        elif f.name == "split":
+            ap.add_argument(flag, default="", help="layers per pipeline rank, e.g. 9,8,8,7")
+        else:
+            kind = {"int": int, "float": float}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
+            ap.add_argument(flag, type=kind, default=f.default)
+
+
+def from_args(ns: argparse.Namespace) -> RunSpec:
+    return RunSpec(**{f.name: getattr(ns, f.name) for f in fields(RunSpec)})
+
+
+def read_configs(path: str | Path) -> list[dict]:
+    """A sweep file: JSON Lines (or one JSON list) of run dicts, each with a "suite" (default train)."""
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+        items = data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        items = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    for n, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: config {n} is not a JSON object")
+    return items

@@ -1,0 +1,97 @@
+"""Pipeline parallelism with torch.distributed.pipelining: which stages a rank holds, which layers
+a stage holds, and the schedule that runs them.
+
+Stage placement (p pipeline ranks, S stages):
+- gpipe, 1f1b: one stage per rank, S = p;
+- interleaved: v stages per rank, looped: rank r holds r, r+p, r+2p ... (S = v*p);
+- zb (ZBV zero bubble) and dualpipe (DualPipeV): two stages per rank in a V: rank r holds r and
+  2p-1-r, so the first and the last stage share rank 0 (S = 2p).
+
+    >>> stage_ids(rank=1, p=4, schedule="interleaved", vpp=2)
+    [1, 5]
+    >>> stage_ids(rank=1, p=4, schedule="zb", vpp=1)
+    [1, 6]
+    >>> stage_layers(layers=10, stages=4, split=())
+    [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
+                                          ScheduleInterleaved1F1B, ScheduleZBVZeroBubble)
+
+from calculators.errors import ConfigError
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
+             "zb": ScheduleZBVZeroBubble, "dualpipe": ScheduleDualPipeV}
+MULTI = ("interleaved", "zb", "dualpipe")   # schedules that take a list of stages per rank
+
+
+def stages_per_rank(schedule: str, vpp: int) -> int:
+    return vpp if schedule == "interleaved" else 2 if schedule in ("zb", "dualpipe") else 1
+
+
+def stage_ids(rank: int, p: int, schedule: str, vpp: int) -> list[int]:
+    n = stages_per_rank(schedule, vpp)
+    if schedule in ("zb", "dualpipe"):
+        return [rank, 2 * p - 1 - rank]
+    return [rank + i * p for i in range(n)]
+
+
+def stage_layers(layers: int, stages: int, split: tuple = ()) -> list[list[int]]:
+    """Layer indices of each stage: `split` (layers per stage) or as even as possible, the
+    earlier stages taking the remainder."""
+    if split:
+        if len(split) != stages or sum(split) != layers:
+            raise ConfigError(f"split {list(split)} must give {stages} stages summing to {layers} layers")
+        counts = list(split)
+    else:
+        if layers < stages:
+            raise ConfigError(f"{layers} layers cannot fill {stages} pipeline stages; use fewer stages")
+        counts = [layers // stages + (1 if i < layers % stages else 0) for i in range(stages)]
+    out, start = [], 0
+    for c in counts:
+        out.append(list(range(start, start + c)))
+        start += c
+    return out
+
+
+def check(run, model_layers: int, microbatches: int, p: int) -> None:
+    problems = []
+    if run.split and stages_per_rank(run.schedule, run.vpp) != 1:
+        problems.append("--split is for one stage per rank (gpipe, 1f1b); drop it or change the schedule")
+    if run.schedule != "interleaved" and run.vpp != 1:
+        problems.append(f"vpp={run.vpp} needs --schedule interleaved")
+    if run.schedule in ("zb", "dualpipe") and microbatches < 2 * p:
+        problems.append(f"{run.schedule} needs at least 2*pp = {2 * p} micro-batches per step, got {microbatches}: "
+                        f"raise gbs or lower mbs")
+    if run.schedule == "interleaved" and microbatches % p:
+        problems.append(f"interleaved needs micro-batches ({microbatches}) divisible by pp={p}")
+    if run.compile and run.schedule in ("zb", "dualpipe"):
+        problems.append(f"{run.schedule} splits backward into input and weight parts, which torch.compile does not support")
+    if problems:
+        raise ConfigError(problems)
+
+
+def trim_to_stage(model, stage: int, n_stages: int, layers: list[int]):
+    """Delete what stage `stage` does not hold (the model is on the meta device: nothing is freed)."""
+    keep = {str(i) for i in layers}
+    for name in list(model.layers.keys()):
+        if name not in keep:
+            del model.layers[name]
+    if stage > 0:
+        model.tok_embeddings = None
+    if stage < n_stages - 1:
+        model.norm = None
+        model.output = None
+    return model
+
+
+def build_schedule(modules: list, ids: list[int], n_stages: int, pp_group, device: torch.device,
+                   schedule: str, microbatches: int, loss_fn):
+    stages = [PipelineStage(m, i, n_stages, device, group=pp_group) for m, i in zip(modules, ids)]
+    cls = SCHEDULES[schedule]
+    # scale_grads: gradients are averaged over micro-batches, as gradient accumulation does
+    if schedule in MULTI:
+        return cls(stages, n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=True)
+    return cls(stages[0], n_microbatches=microbatches, loss_fn=loss_fn, scale_grads=True)

@@ -1,0 +1,164 @@
+"""Benchmark results as JSON Lines: one run per line, appended atomically, loaded forgivingly.
+
+No torch here: the playbook reads results through this module (shared/DESIGN.md layers).
+
+A row (schema 1):
+    {"schema": 1, "suite": "train" | "collectives" | "gemm" | "memory",
+     "status": "ok" | "oom" | "error", "error": "message" (status error/oom),
+     "key": "<hash of suite + config>", "time": "2026-11-22T10:00:00Z",
+     "config": {...}       # train/memory: a calculator scenario {"model", "hardware", "parallel"}
+                           # plus "run" (steps, optimizer, device ...); gemm/collectives: the case
+     "host": {"device", "gpu", "gpus", "nodes", "torch", "cuda", "nccl"},
+     "metrics": {...},     # measured: step_time_s, tokens_per_s_per_gpu, mfu, peak_allocated_gib,
+                           # peak_reserved_gib, losses, busbw_gbps, tflops ...
+     "prediction": {...} | {"error": "..."},   # what the calculators said for this config
+     "source": "citation"} # rows converted from published measurements
+
+Appends take an exclusive lock and write the whole line in one `write` on an O_APPEND file, so
+two processes (or a crash mid-run) never interleave or tear lines; the loader reports and skips
+any line that is not a valid row, so one corrupt line never hides the rest.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = 1
+SUITES = ("train", "collectives", "gemm", "memory")
+STATUSES = ("ok", "oom", "error")
+BUNDLED = Path(__file__).parent / "results"
+
+try:                                   # POSIX advisory lock; elsewhere the O_APPEND write suffices
+    import fcntl
+except ImportError:                    # pragma: no cover
+    fcntl = None
+
+
+def run_key(suite: str, config: dict) -> str:
+    """Stable identity of a run: the same suite and config always give the same key (resume)."""
+    text = json.dumps({"suite": suite, "config": config}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def make_row(suite: str, config: dict, status: str, *, metrics=None, prediction=None, host=None,
+             error: str = "", source: str = "") -> dict:
+    row = {"schema": SCHEMA, "suite": suite, "status": status, "key": run_key(suite, config),
+           "time": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "config": config, "host": host or {}, "metrics": metrics or {}, "prediction": prediction or {}}
+    if error:
+        row["error"] = error
+    if source:
+        row["source"] = source
+    problem = row_problem(row)
+    if problem:
+        raise ValueError(problem)
+    return row
+
+
+def row_problem(row) -> str:
+    """'' when `row` is a valid result row, else what is wrong with it."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if row.get("schema") != SCHEMA:
+        return f"schema is {row.get('schema')!r}, expected {SCHEMA}"
+    if row.get("suite") not in SUITES:
+        return f"suite {row.get('suite')!r} is not one of {', '.join(SUITES)}"
+    if row.get("status") not in STATUSES:
+        return f"status {row.get('status')!r} is not one of {', '.join(STATUSES)}"
+    for key in ("config", "metrics", "host", "prediction"):
+        if not isinstance(row.get(key, {}), dict):
+            return f"{key} must be an object"
+    if not isinstance(row.get("config"), dict):
+        return "config is missing"
+    return ""
+
+
+def dumps(row: dict) -> str:
+    """One row as its line in a results file."""
+    return json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def append(path: str | Path, row: dict) -> None:
+    """Append one row atomically (exclusive lock, one write, fsync)."""
+    problem = row_problem(row)
+    if problem:
+        raise ValueError(f"refusing to write an invalid row: {problem}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dumps(row).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if fcntl:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_size and not _ends_with_newline(path):
+            data = b"\n" + data        # a torn last line (killed writer) stays on its own line
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        if fcntl:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+@dataclass
+class Loaded:
+    rows: list = field(default_factory=list)
+    problems: list = field(default_factory=list)   # "file:line: what is wrong"; those lines are skipped
+
+    def extend(self, other: "Loaded") -> "Loaded":
+        self.rows += other.rows
+        self.problems += other.problems
+        return self
+
+
+def load(*paths: str | Path) -> Loaded:
+    """Rows of every .jsonl file given (a directory: all its *.jsonl), skipping bad lines."""
+    out = Loaded()
+    for p in paths:
+        p = Path(p)
+        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+        for f in files:
+            out.extend(_load_file(f))
+    return out
+
+
+def _load_file(path: Path) -> Loaded:
+    out = Loaded()
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        out.problems.append(f"{path.name}: cannot read ({exc.strerror})")
+        return out
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            out.problems.append(f"{path.name}:{n}: not valid JSON ({exc.msg}); line skipped")
+            continue
+        problem = row_problem(row)
+        if problem:
+            out.problems.append(f"{path.name}:{n}: {problem}; line skipped")
+            continue
+        out.rows.append(row)
+    return out
+
+
+def finished_keys(path: str | Path, retry_errors: bool = False) -> set:
+    """Keys of the runs already recorded in `path` (a sweep skips them when it resumes)."""
+    path = Path(path)
+    if not path.exists():
+        return set()
+    done = ("ok", "oom") if retry_errors else STATUSES
+    return {r["key"] for r in load(path).rows if r["status"] in done and "key" in r}

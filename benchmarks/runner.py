@@ -1,0 +1,108 @@
+"""Run one case of any suite and record it: the measurement, the prediction, and an honest status.
+
+Every rank runs the case; rank 0 appends the row. A layout that cannot run (bad sizes, an
+unsupported combination) is recorded as status `error` with the message that says what to
+change; running out of GPU memory is status `oom`, not a crash, and the sweep goes on.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+from calculators.errors import ConfigError
+
+from . import host, results
+from .config import RunSpec
+
+
+def _suite_fn(suite: str):
+    if suite == "train":
+        from .train import measure
+        return measure
+    if suite == "collectives":
+        from .collectives import measure
+        return measure
+    if suite == "gemm":
+        from .gemm import measure
+        return measure
+    raise ConfigError(f"suite {suite!r} cannot run in a sweep; choose train, collectives or gemm")
+
+
+def run_case(suite: str, config: dict, out: str | None, g: host.Grid, device: torch.device) -> dict:
+    """Measure `config` with `suite` on this process grid; rank 0 appends the row to `out`."""
+    status, error, metrics, prediction, recorded = "ok", "", {}, {}, dict(config)
+    try:
+        if suite == "train":
+            run = RunSpec.from_dict(config)
+            recorded = run.as_dict()
+            metrics, scenario = _suite_fn(suite)(run, g, device)
+            recorded["scenario"] = scenario
+            from .train import predict
+            prediction = predict(scenario)
+        else:
+            metrics, prediction = _suite_fn(suite)(config, g, device)
+    except torch.OutOfMemoryError as exc:
+        status, error = "oom", str(exc).splitlines()[0]
+    except ConfigError as exc:
+        status, error = "error", str(exc)
+    except Exception as exc:            # a failed run is a result too; the sweep continues
+        status, error = "error", f"{type(exc).__name__}: {exc}"
+        if g.rank == 0:
+            traceback.print_exc(file=sys.stderr)
+    finally:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row = results.make_row(suite, recorded, status, metrics=metrics, prediction=prediction,
+                           host=host.facts(device, g), error=error)
+    row["key"] = results.run_key(suite, config)     # the key of what was asked, for resuming
+    if out and g.rank == 0:
+        results.append(out, row)
+    return row
+
+
+def summary(row: dict) -> str:
+    m, cfg = row["metrics"], row["config"]
+    what = cfg.get("name") or " ".join(f"{k}={cfg[k]}" for k in ("model", "tp", "pp", "zero", "schedule")
+                                       if k in cfg) or row["suite"]
+    if row["status"] != "ok":
+        return f"{row['suite']} {what}: {row['status']}: {row.get('error', '')}"
+    if row["suite"] == "train":
+        return (f"train {what}: {m['step_time_s'] * 1e3:.1f} ms/step, {m['tokens_per_s_per_gpu']:.0f} tok/s/GPU, "
+                f"MFU {m['mfu']:.1%}, loss {m['losses'][0]:.3f} -> {m['losses'][-1]:.3f}")
+    p = row["prediction"]
+    if row["suite"] == "collectives":
+        return (f"{m['op']} {m['bytes']:.3g} B over {m['group_size']} ranks ({cfg.get('placement')}): busbw "
+                f"{m['busbw_gbps']:.2f} GB/s, predicted {p.get('busbw_gbps', float('nan')):.2f}")
+    if row["suite"] == "gemm":
+        return (f"gemm {m['m']}x{m['n']}x{m['k']} {m['dtype']}: {m['tflops']:.2f} TFLOP/s, "
+                f"predicted {p.get('tflops', float('nan')):.2f}")
+    return f"{row['suite']} {what}: ok"
+
+
+class Progress:
+    """A one-line progress bar on rank 0 (stderr): done/total, elapsed, estimated time left."""
+
+    def __init__(self, total: int, rank: int):
+        self.total, self.done, self.rank, self.t0 = total, 0, rank, time.perf_counter()
+
+    def update(self, line: str) -> None:
+        self.done += 1
+        if self.rank:
+            return
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        width = 20
+        bar = "#" * (width * self.done // max(1, self.total))
+        print(f"[{bar:<{width}}] {self.done}/{self.total} {elapsed:.0f}s elapsed, ~{left:.0f}s left | {line}",
+              file=sys.stderr, flush=True)
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,44 @@
+"""Calibration recovers known efficiency knobs from results generated with them."""
+import json
+from dataclasses import replace
+
+from benchmarks import results
+from benchmarks.__main__ import main
+from calculators.comm import bus_bandwidth, whole_cluster
+from calculators.compute import gemm_time
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.profiles import default_profile
+from calculators.scenario import evaluate
+
+
+def test_calibrate_recovers_the_gemm_curve_and_intra_node_efficiency(tmp_path):
+    gpu = gpu_from_name("H100-80GB")
+    truth = replace(default_profile("H100-80GB"), gemm_fraction=0.62, gemm_half_dim=300.0)
+    truth = replace(truth, efficiency={**truth.efficiency, "intra": {**truth.efficiency["intra"], "all_gather": 0.7}})
+    path = tmp_path / "measured.jsonl"
+    for s in (512, 1024, 2048, 4096, 8192):
+        t = gemm_time(s, s, s, gpu, truth)
+        results.append(path, results.make_row("gemm", {"m": s, "n": s, "k": s, "dtype": "bf16"}, "ok", metrics={
+            "m": s, "n": s, "k": s, "dtype": "bf16", "tflops": 2 * s ** 3 / t / 1e12}))
+    cluster = ClusterSpec(gpu)
+    for nbytes in (2**24, 2**28):
+        bw = bus_bandwidth("all_gather", nbytes, whole_cluster(cluster, 1), cluster, truth)
+        results.append(path, results.make_row("collectives", {"op": "all_gather", "bytes": nbytes, "placement": "world"},
+                                              "ok", metrics={"op": "all_gather", "bytes": nbytes, "group_nodes": 1,
+                                                             "busbw_gbps": bw}))
+    out = tmp_path / "profile.json"
+    assert main(["calibrate", str(path), "--gpu", "H100-80GB", "--out", str(out)]) == 0
+    fitted = json.loads(out.read_text())
+    assert abs(fitted["gemm_fraction"] - 0.62) < 0.01 and abs(fitted["gemm_half_dim"] - 300) / 300 < 0.05
+    assert abs(fitted["efficiency"]["intra"]["all_gather"] - 0.7) < 0.01
+    # the calculators load the written profile
+    answer = evaluate({"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "profile": str(out)},
+                       "parallel": {"dp": 8, "gbs": 64, "seq": 4096, "zero": 1}})
+    assert answer["step"]["time_s"] > 0
+
+
+def test_calibrate_without_usable_rows_says_what_to_run(tmp_path, capsys):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("not json\n")
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "p.json")]) == 2
+    assert "run `python -m benchmarks gemm`" in capsys.readouterr().err

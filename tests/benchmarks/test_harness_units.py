@@ -1,0 +1,73 @@
+"""Pieces of the harness checked without launching ranks: the model against the calculators'
+parameter count, weight init independent of the layout, stage placement, config validation."""
+import pytest
+import torch
+
+from benchmarks import pipeline
+from benchmarks.config import TINY, TINY_MOE, RunSpec, resolve_model
+from benchmarks.model import Transformer, canonical_name, init_weights
+from benchmarks.train import build_model, global_batch
+from calculators.errors import ConfigError
+
+
+@pytest.mark.parametrize("spec", [TINY, TINY_MOE, resolve_model("llama3-8b"), resolve_model("mixtral-8x7b")],
+                         ids=lambda s: s.name)
+def test_model_parameters_equal_the_calculators_count(spec):
+    with torch.device("meta"):
+        model = Transformer(spec, seq=16)
+    assert sum(p.numel() for p in model.parameters()) == spec.total_params
+
+
+def test_a_pipeline_stage_starts_from_the_full_models_weights():
+    full = Transformer(TINY, seq=16)
+    init_weights(full, seed=3)
+    run = RunSpec(seq=16, seed=3)
+    stage = build_model(TINY, run, 1, 2, [2, 3])
+    stage.to_empty(device="cpu")
+    init_weights(stage, seed=3)
+    ref = dict(full.named_parameters())
+    for name, p in stage.named_parameters():
+        assert torch.equal(p, ref[name]), name
+    assert stage.tok_embeddings is None and stage.output is not None
+
+
+def test_canonical_names_strip_wrappers():
+    assert canonical_name("layers.0._checkpoint_wrapped_module.attention.wq.weight") == "layers.0.attention.wq.weight"
+    assert canonical_name("module.layers._orig_mod.0.w") == "layers.0.w"
+
+
+def test_global_batch_is_the_same_for_every_rank_and_learnable():
+    run = RunSpec(gbs=4, seq=8)
+    a, la = global_batch(run, 2, 256)
+    b, _ = global_batch(run, 2, 256)
+    assert torch.equal(a, b) and torch.equal(la[:, :-1], a[:, 1:])
+
+
+def test_stage_placement():
+    assert pipeline.stage_ids(1, 4, "interleaved", 2) == [1, 5]
+    assert pipeline.stage_ids(1, 4, "zb", 1) == [1, 6]
+    assert pipeline.stage_ids(0, 2, "dualpipe", 1) == [0, 3]
+    assert pipeline.stage_layers(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+    assert pipeline.stage_layers(4, 2, (3, 1)) == [[0, 1, 2], [3]]
+    with pytest.raises(ConfigError, match="summing to 4"):
+        pipeline.stage_layers(4, 2, (2, 1))
+
+
+def test_schedule_checks_say_what_to_change():
+    with pytest.raises(ConfigError, match="at least 2\\*pp = 4 micro-batches"):
+        pipeline.check(RunSpec(schedule="zb", pp=2), 4, 2, 2)
+    with pytest.raises(ConfigError, match="needs --schedule interleaved"):
+        pipeline.check(RunSpec(vpp=2, pp=2), 4, 4, 2)
+
+
+def test_run_spec_validation():
+    with pytest.raises(ConfigError, match="expert parallelism is not built"):
+        RunSpec(ep=2)
+    with pytest.raises(ConfigError, match="not divisible by tp\\*cp\\*pp = 4"):
+        RunSpec(tp=2, pp=2).parallel(6)
+    with pytest.raises(ConfigError, match="multiple of dp\\*mbs"):
+        RunSpec(gbs=3).parallel(2)
+    assert RunSpec(split="3,1").split == (3, 1)
+    assert RunSpec(tp=2, gbs=8).parallel(4).dp == 2
+    with pytest.raises(ConfigError, match="unknown run option"):
+        RunSpec.from_dict({"tpp": 2})

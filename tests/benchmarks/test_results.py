@@ -1,0 +1,74 @@
+"""Result files: atomic appends, a corrupt or torn line reported and skipped, resume keys."""
+import json
+import multiprocessing as mp
+
+import pytest
+
+from benchmarks import results
+
+
+def _row(i, status="ok"):
+    return results.make_row("gemm", {"m": i, "n": 8, "k": 8, "dtype": "fp32"}, status,
+                            metrics={"tflops": float(i)}, error="" if status == "ok" else "boom")
+
+
+def test_append_and_load_round_trip(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for i in range(3):
+        results.append(path, _row(i))
+    loaded = results.load(path)
+    assert [r["metrics"]["tflops"] for r in loaded.rows] == [0.0, 1.0, 2.0] and loaded.problems == []
+
+
+def test_corrupt_line_is_reported_and_skipped(tmp_path):
+    path = tmp_path / "r.jsonl"
+    results.append(path, _row(1))
+    with open(path, "a") as fh:
+        fh.write('{"schema": 1, "suite": "gemm", "sta\n')          # torn by a killed writer
+        fh.write(json.dumps({"schema": 1, "suite": "nope", "status": "ok", "config": {}}) + "\n")
+    results.append(path, _row(2))
+    loaded = results.load(tmp_path)                                  # a directory loads every *.jsonl
+    assert [r["metrics"]["tflops"] for r in loaded.rows] == [1.0, 2.0]
+    assert len(loaded.problems) == 2
+    assert "r.jsonl:2: not valid JSON" in loaded.problems[0] and "suite 'nope'" in loaded.problems[1]
+
+
+def test_append_after_a_torn_last_line_starts_a_new_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"schema": 1, "su')                             # no trailing newline
+    results.append(path, _row(5))
+    loaded = results.load(path)
+    assert [r["metrics"]["tflops"] for r in loaded.rows] == [5.0] and len(loaded.problems) == 1
+
+
+def test_invalid_rows_are_refused():
+    with pytest.raises(ValueError, match="status"):
+        results.make_row("gemm", {}, "fine")
+    with pytest.raises(ValueError, match="suite"):
+        results.append("unused.jsonl", {"schema": 1, "suite": "x", "status": "ok", "config": {}})
+
+
+def _writer(path, start):
+    for i in range(start, start + 50):
+        results.append(path, _row(i))
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "r.jsonl"
+    procs = [mp.get_context("fork").Process(target=_writer, args=(path, k * 100)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    loaded = results.load(path)
+    assert loaded.problems == [] and len(loaded.rows) == 200
+
+
+def test_finished_keys_and_retry(tmp_path):
+    path = tmp_path / "r.jsonl"
+    ok, err = _row(1), _row(2, "error")
+    results.append(path, ok)
+    results.append(path, err)
+    assert results.finished_keys(path) == {ok["key"], err["key"]}
+    assert results.finished_keys(path, retry_errors=True) == {ok["key"]}
+    assert results.run_key("gemm", {"a": 1, "b": 2}) == results.run_key("gemm", {"b": 2, "a": 1})
