@@ -1,0 +1,17 @@
+"""The bundled results load cleanly and are what the converter makes of the cited source."""
+from benchmarks import results
+from validation import bundle
+
+
+def test_bundled_nanotron_results_are_the_converted_source():
+    loaded = results.load(results.BUNDLED)
+    assert loaded.problems == []
+    bundled = [r for r in loaded.rows if r["config"].get("framework") == "nanotron"]
+    fresh = bundle.rows()
+    assert len(bundled) == len(fresh) > 3000
+    for a, b in zip(bundled, fresh):
+        assert (a["status"], a["config"], a["metrics"], a["source"]) == (b["status"], b["config"], b["metrics"], b["source"])
+    ok = [r for r in bundled if r["status"] == "ok"]
+    assert all(r["metrics"]["tokens_per_s_per_gpu"] > 0 for r in ok)
+    assert all("step" in r["prediction"] or "error" in r["prediction"] for r in bundled)
+    assert "Ultra-Scale Playbook" in bundled[0]["source"]

@@ -1,0 +1,88 @@
+"""Convert the Ultra-Scale Playbook's nanotron runs into benchmark result rows (our schema), with
+their citation and the calculators' prediction, for benchmarks/results/.
+
+    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl
+
+Runs with a clear outcome only: measured (status ok: tokens/s/GPU, MFU from our FLOPs
+convention, memory allocated between steps and peak reserved, GiB, and the bus bandwidths the
+job measured) and out of memory (status oom). Runs that timed out or crashed for other reasons
+are left out (validation/data/README.md). The prediction is the calculators' answer at the time
+of conversion, trimmed to the estimate contract's keys; the app recomputes the current one.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import sys
+from pathlib import Path
+
+from benchmarks import results
+from calculators.errors import ConfigError
+from calculators.flops import model_flops_per_token
+from calculators.scenario import evaluate
+from validation.nanotron import DATA, SOURCE, load_runs
+
+OUT = results.BUNDLED / "nanotron_h100.jsonl"
+MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
+               "capacity_gib", "fits")
+STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
+
+
+def _scenario(run) -> dict:
+    model = dataclasses.asdict(run.model)
+    model.pop("source")
+    par = dataclasses.asdict(run.par)
+    par["split"] = list(par["split"])
+    return {"model": model, "hardware": {"gpu": "H100-80GB", "nodes": run.cluster.nodes,
+                                         "gpus_per_node": run.cluster.gpus_per_node}, "parallel": par}
+
+
+def _prediction(scenario: dict) -> dict:
+    try:
+        answer = evaluate(scenario)
+    except ConfigError as exc:        # a few runs use layouts the calculators refuse (pp > layers)
+        return {"error": str(exc)}
+    return {"memory": {k: answer["memory"][k] for k in MEMORY_KEYS},
+            "step": {k: answer["step"][k] for k in STEP_KEYS}}
+
+
+def rows() -> list[dict]:
+    with open(DATA, newline="") as fh:
+        dates = {r["job_id"]: r["date"] for r in csv.DictReader(fh)}
+    out = []
+    for run in load_runs():
+        if run.outcome not in ("ok", "oom"):
+            continue
+        scenario = _scenario(run)
+        metrics = {}
+        if run.outcome == "ok":
+            tps = run.tokens_per_s_per_gpu
+            metrics = {"tokens_per_s_per_gpu": tps,
+                       "step_time_s": run.par.tokens_per_step / (tps * run.par.world) if tps else None,
+                       "mfu": tps * model_flops_per_token(run.model, run.par.seq) / 989.4e12 if tps else None,
+                       "allocated_between_steps_gib": run.mem_alloc_gib, "peak_reserved_gib": run.mem_reserved_gib,
+                       "busbw_gbps": run.busbw}
+        row = results.make_row("train", {"job": run.job, "framework": "nanotron", "after_pp_fix": run.after_pp_fix,
+                                         "scenario": scenario}, run.outcome, metrics=metrics,
+                               prediction=_prediction(scenario), error="out of memory" if run.outcome == "oom" else "",
+                               host={"device": "cuda", "gpu": "H100 80GB HBM3", "gpus": run.par.world,
+                                     "nodes": run.cluster.nodes}, source=SOURCE)
+        row["time"] = dates.get(run.job) or "unknown"
+        out.append(row)
+    return out
+
+
+def main(path: Path = OUT) -> int:
+    data = rows()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        for r in data:
+            fh.write(results.dumps(r))
+    tmp.replace(path)
+    print(f"wrote {len(data)} rows to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
