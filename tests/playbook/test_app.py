@@ -1,38 +1,106 @@
-"""Smoke test of the app through gradio_client: a valid layout draws, an invalid one explains."""
+"""The app through its API: every widget answers with the calculators' numbers, bad input is
+explained inline, the URL restores settings; latency and load (slow)."""
+import asyncio
+import statistics
+import time
+
 import pytest
+from gradio.state_holder import SessionState
 from gradio_client import Client
 
 import app
+from calculators.scenario import evaluate
+from playbook.url import values_from_query
+
+PORT = 7870
 
 
 @pytest.fixture(scope="module")
-def client():
-    demo = app.build_app()
-    demo.launch(server_name="127.0.0.1", server_port=7870, prevent_thread_lock=True, quiet=True)
-    yield Client("http://127.0.0.1:7870/", verbose=False)
-    demo.close()
+def demo():
+    d = app.build_app()
+    d.launch(server_name="127.0.0.1", server_port=PORT, prevent_thread_lock=True, quiet=True)
+    yield d
+    d.close()
 
 
-ARGS = ["llama3-70b", "", "H100-80GB", 4, 8, 1, 8, 4, 1, 1, True, 1, 64, 8192, "none", "1f1b", "megatron"]
+@pytest.fixture(scope="module")
+def client(demo):
+    return Client(f"http://127.0.0.1:{PORT}/", verbose=False)
 
 
-def test_memory_page_answers_with_the_calculators_number(client):
-    from calculators.scenario import evaluate
-    plot, text = client.predict(*ARGS, api_name="/memory")
+def endpoints(client):
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    return {name: [p.get("parameter_default") for p in ep["parameters"]] for name, ep in api.items()}
+
+
+def test_every_widget_draws_without_error(client):
+    eps = endpoints(client)
+    assert len(eps) >= 15
+    for name, args in eps.items():
+        out = client.predict(*args, api_name=name)
+        assert out[0] is not None, name
+        assert "Something went wrong" not in str(out[-1]) and "Cannot evaluate" not in str(out[-1]), (name, out[-1])
+
+
+def test_memory_widget_shows_the_calculators_number(client):
+    args = endpoints(client)["/memory_6_3"]          # model config gpu nodes gpn dp tp pp cp ep vpp zero sp ...
+    _, text = client.predict(*args, api_name="/memory_6_3")
     expected = evaluate({"model": {"preset": "llama3-70b"}, "hardware": {"nodes": 4, "gpus_per_node": 8},
                          "parallel": {"dp": 1, "tp": 8, "pp": 4, "zero": 1, "sp": True, "gbs": 64, "seq": 8192}})
-    assert plot is not None and f"**{expected['memory']['total_gib']:.2f} GiB**" in text
+    assert f"**{expected['memory']['total_gib']:.2f} GiB**" in text
 
 
-def test_invalid_layout_is_explained_inline(client):
-    args = list(ARGS)
-    args[6] = 3
-    plot, text = client.predict(*args, api_name="/memory")
+def test_invalid_layout_and_bad_config_are_explained_inline(client):
+    args = endpoints(client)["/memory_6_3"]
+    bad = list(args)
+    bad[6] = 3                                        # tp
+    plot, text = client.predict(*bad, api_name="/memory_6_3")
     assert plot is None and "tp=3 must divide heads=64" in text
+    bad = list(args)
+    bad[1] = '{"model_type": "llama", "num_hidden_layers": 2'
+    plot, text = client.predict(*bad, api_name="/memory_6_3")
+    assert plot is None and "not valid JSON" in text
 
 
-def test_pasted_config_json(client):
-    args = list(ARGS)
-    args[1] = '{"model_type": "llama", "num_hidden_layers": 2'
-    _, text = client.predict(*args, api_name="/memory")
-    assert "not valid JSON" in text
+def test_url_query_sets_chapter_and_valid_settings_only(demo):
+    from playbook import ui
+    import gradio as gr
+    with gr.Blocks():
+        widgets = ui.build()
+    w = next(w for w in widgets if w.wid == "schedule_6_1")
+    chapter, settings = values_from_query(
+        {"chapter": "pipeline-parallel", "schedule_6_1.m": "16", "schedule_6_1.schedule": "zb",
+         "schedule_6_1.p": "999", "schedule_6_1.v": "x", "nope.m": "3"}, widgets, ["pipeline-parallel"])
+    assert chapter == "pipeline-parallel"
+    assert settings == {("schedule_6_1", "m"): 16, ("schedule_6_1", "schedule"): "zb"}
+    assert w.defaults["m"] == 8
+
+
+def _server_side_ms(demo, name, args, n):
+    """Gradio's own processing of one event (preprocess, handler, postprocess), no network."""
+    fn = next(f for f in demo.fns.values() if f.api_name == name.lstrip("/"))
+    state = SessionState(demo)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        asyncio.run(demo.process_api(fn, list(args), state))
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.quantiles(times, n=20)[-1]
+
+
+@pytest.mark.slow
+def test_widgets_answer_in_under_100_ms_server_side(demo, client):
+    slow = {}
+    for name, args in endpoints(client).items():
+        if name.startswith("/planner"):
+            continue                                  # a search, timed below
+        p95 = _server_side_ms(demo, name, args, 200)
+        if p95 >= 100:
+            slow[name] = p95
+    assert not slow, slow
+
+
+@pytest.mark.slow
+def test_planner_widget_answers_in_seconds(demo, client):
+    name, args = next((n, a) for n, a in endpoints(client).items() if n.startswith("/planner"))
+    assert _server_side_ms(demo, name, args, 5) < 5000

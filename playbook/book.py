@@ -1,0 +1,84 @@
+"""The book: chapters are Markdown files in playbook/chapters/ with front matter, split at widget
+directives into text and live widgets, with the prose's numbers rendered from the calculators.
+
+    ---
+    title: Data parallelism and ZeRO
+    order: 3
+    ---
+    Text with a computed number: {{ memory model=llama3-8b dp=8 zero=1 }} ...
+
+    {{ widget memory model=llama3-8b show=dp,zero }}
+
+markdown-it-py parses the file, so a directive is a widget only when it is a paragraph of its
+own (one inside a code block stays text). Rendering fails loudly on an unknown number or widget,
+and on any `{{` left unfilled: a chapter never ships a placeholder.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+from playbook import numbers
+
+CHAPTERS = Path(__file__).parent / "chapters"
+DIRECTIVE = re.compile(r"\{\{\s*([a-z_]+)((?:\s+[a-z_]+=[^\s}]+)*)\s*\}\}")
+FENCED = re.compile(r"^```.*?^```", re.S | re.M)
+WIDGET = re.compile(r"^\{\{\s*widget\s+([a-z_]+)((?:\s+[a-z_]+=[^\s}]+)*)\s*\}\}$")
+
+
+@dataclass(frozen=True)
+class Chapter:
+    slug: str
+    title: str
+    order: int
+    segments: tuple = field(default=())   # ("text", markdown) | ("widget", name, params)
+
+
+def _kwargs(text: str) -> dict:
+    return dict(pair.split("=", 1) for pair in text.split())
+
+
+def fill_numbers(text: str, where: str) -> str:
+    def sub(m):
+        try:
+            return numbers.render(m.group(1), _kwargs(m.group(2)))
+        except Exception as exc:
+            raise ValueError(f"{where}: cannot render {m.group(0)}: {exc}") from exc
+    out = DIRECTIVE.sub(sub, text)
+    prose = FENCED.sub("", out)                   # code blocks may show the syntax itself
+    if "{{" in prose:
+        raise ValueError(f"{where}: unfilled placeholder near {prose[prose.index('{{'):][:60]!r}")
+    return out
+
+
+def parse(text: str, where: str = "chapter") -> Chapter:
+    if not text.startswith("---\n"):
+        raise ValueError(f"{where}: must start with front matter (---, title:, order:, ---)")
+    head, body = text[4:].split("\n---\n", 1)
+    meta = dict(line.split(":", 1) for line in head.splitlines() if ":" in line)
+    lines = body.splitlines()
+    cuts = []                                     # (first line, last line, name, params) of widget paragraphs
+    for tok in MarkdownIt().parse(body):
+        if tok.type == "inline" and tok.map:
+            m = WIDGET.match(tok.content.strip())
+            if m:
+                cuts.append((tok.map[0], tok.map[1], m.group(1), _kwargs(m.group(2))))
+    segments, pos = [], 0
+    for start, end, name, params in cuts:
+        segments.append(("text", fill_numbers("\n".join(lines[pos:start]), where)))
+        segments.append(("widget", name, params))
+        pos = end
+    segments.append(("text", fill_numbers("\n".join(lines[pos:]), where)))
+    slug = Path(where).stem.split("-", 1)[-1]
+    return Chapter(slug, meta["title"].strip(), int(meta["order"]),
+                   tuple(s for s in segments if s[0] == "widget" or s[1].strip()))
+
+
+@lru_cache(maxsize=1)
+def chapters(folder: Path = CHAPTERS) -> tuple[Chapter, ...]:
+    out = [parse(p.read_text(), str(p.name)) for p in sorted(folder.glob("*.md"))]
+    return tuple(sorted(out, key=lambda c: c.order))

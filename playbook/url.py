@@ -1,0 +1,74 @@
+"""Every setting in the URL: `?chapter=pipeline&schedule_6.m=16` opens the pipeline chapter with
+that widget's m at 16. Widgets write the settings that differ from their chapter's defaults
+(window.pbUrl, called by each widget's event); on page load `apply` reads the query and sets the
+tab and the controls, which redraw the widgets. A value that does not parse or is not one of a
+control's choices is ignored (the default stays), never an error.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from playbook.values import coerce
+
+HEAD = """<script>
+window.pbApplied = false;
+window.pbUrl = (wid, keys, defaults, vals) => {
+  const u = new URL(window.location.href);
+  keys.forEach((k, i) => {
+    const name = wid + "." + k, v = vals[i];
+    if (v !== null && v !== undefined && String(v) !== String(defaults[i])) u.searchParams.set(name, String(v));
+    else if (window.pbApplied) u.searchParams.delete(name);
+  });
+  window.history.replaceState(null, "", u);
+  return vals;
+};
+window.pbChapter = (slug) => {
+  const u = new URL(window.location.href);
+  u.searchParams.set("chapter", slug);
+  window.history.replaceState(null, "", u);
+};
+</script>"""
+
+
+def _valid(component, value) -> bool:
+    choices = getattr(component, "choices", None)
+    if choices:
+        return value in [c[1] if isinstance(c, (tuple, list)) else c for c in choices]
+    lo, hi = getattr(component, "minimum", None), getattr(component, "maximum", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (lo is None or value >= lo) and (hi is None or value <= hi)
+    return True
+
+
+def values_from_query(query: dict, widgets, slugs) -> tuple[str | None, dict]:
+    """(chapter slug or None, {(wid, key): value}) of the query's valid settings."""
+    chapter = query.get("chapter") if query.get("chapter") in slugs else None
+    settings = {}
+    for w in widgets:
+        for key, comp in w.controls.items():
+            raw = query.get(f"{w.wid}.{key}")
+            if raw is None:
+                continue
+            try:
+                value = coerce(raw, w.defaults[key])
+            except (TypeError, ValueError):
+                continue
+            if _valid(comp, value):
+                settings[(w.wid, key)] = value
+    return chapter, settings
+
+
+def wire_url(tabs, widgets, slugs) -> None:
+    """On page load: select the URL's chapter and set the URL's settings."""
+    outputs = [tabs] + [c for w in widgets for c in w.controls.values()]
+
+    def apply(request: gr.Request):
+        chapter, settings = values_from_query(dict(request.query_params) if request else {}, widgets, slugs)
+        updates = [gr.Tabs(selected=chapter) if chapter else gr.update()]
+        for w in widgets:
+            for key in w.controls:
+                updates.append(settings[(w.wid, key)] if (w.wid, key) in settings else gr.update())
+        return updates
+
+    gr.on(None, apply, None, outputs, api_visibility="private", show_progress="hidden").then(
+        None, js="() => { window.pbApplied = true; }")

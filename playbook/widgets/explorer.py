@@ -1,0 +1,100 @@
+"""Benchmark explorer: measured vs predicted for every result row, bundled (benchmarks/results/)
+and the user's own (a results directory), filtered by model, node count and status.
+
+Each row carries the prediction the calculators made when it was recorded (the result schema's
+`prediction`), so this plot is one join away and costs nothing to redraw. Throughput compares
+tokens/s/GPU; memory compares the measured peak (reserved for nanotron, allocated for our
+harness) with the predicted peak, and nanotron's "allocated between steps" with the predicted
+resident state (weights, gradients, optimizer state, buffers).
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import gradio as gr
+
+from benchmarks import results
+from calculators.errors import ConfigError
+from playbook.plots import measured_vs_predicted
+
+from . import Widget, controls_row, wire
+
+METRICS = {"tokens/s/GPU": ("tokens_per_s_per_gpu", "step", "tokens_per_s_per_gpu"),
+           "memory between steps (GiB)": ("allocated_between_steps_gib", "memory", None),
+           "peak memory (GiB)": ("peak_allocated_gib", "memory", "total_gib")}
+CONTROLS = {
+    "metric": (lambda v: gr.Radio(list(METRICS), value=v, label="compare"), "tokens/s/GPU"),
+    "model": (lambda v: gr.Textbox(v, label="model name contains (empty: all)"), ""),
+    "nodes": (lambda v: gr.Dropdown(["all", "1", "2", "4", "8", "16", "32", "64"], value=v, label="nodes"), "all"),
+    "local": (lambda v: gr.Textbox(v, label="your results directory (optional)"), ""),
+}
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, stamp: float) -> results.Loaded:
+    return results.load(path)
+
+
+def load_rows(local: str) -> tuple[list, list]:
+    paths = [str(results.BUNDLED)] + ([local] if local else []) + \
+        ([os.environ["PLAYBOOK_RESULTS"]] if os.environ.get("PLAYBOOK_RESULTS") else [])
+    rows, problems = [], []
+    for p in paths:
+        path = Path(p).expanduser()
+        if not path.exists():
+            problems.append(f"{p}: no such file or directory")
+            continue
+        stamp = max((f.stat().st_mtime for f in path.glob("*.jsonl")), default=0) if path.is_dir() else path.stat().st_mtime
+        got = _load(str(path), stamp)
+        rows += got.rows
+        problems += got.problems
+    return rows, problems
+
+
+def _value(row, metric):
+    measured_key, part, pred_key = METRICS[metric]
+    m, pred = row["metrics"], row["prediction"].get(part, {})
+    if metric.startswith("memory between"):
+        got = m.get("allocated_between_steps_gib")
+        want = sum(pred.get(k, 0) for k in ("params_gib", "grads_gib", "optimizer_gib", "other_gib")) if pred else None
+        return got, want
+    if metric.startswith("peak"):
+        got = m.get("peak_allocated_gib") or m.get("peak_reserved_gib")
+        return got, pred.get(pred_key)
+    return m.get(measured_key), pred.get(pred_key)
+
+
+def compute(v: dict):
+    rows, problems = load_rows((v.get("local") or "").strip())
+    pts = []
+    for r in rows:
+        if r["suite"] != "train" or r["status"] != "ok":
+            continue
+        sc = r["config"].get("scenario", {})
+        name = sc.get("model", {}).get("name", "")
+        nodes = sc.get("hardware", {}).get("nodes", 1)
+        if v["model"] and v["model"].lower() not in name.lower() or v["nodes"] != "all" and str(nodes) != v["nodes"]:
+            continue
+        got, want = _value(r, v["metric"])
+        if got and want:
+            par = sc.get("parallel", {})
+            pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
+                        "label": f"{name} dp{par.get('dp')} tp{par.get('tp')} pp{par.get('pp')} mbs{par.get('mbs')} "
+                                 f"zero{par.get('zero')}", "source": r.get("source", "your run")})
+    if not pts:
+        raise ConfigError("no measured rows match these filters: widen them (model, nodes) or add results")
+    errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pts)
+    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Sources: "
+            + "; ".join(sorted({p['source'] for p in pts})))
+    text += "".join(f"\n\n> skipped {p}" for p in problems[:5])
+    return measured_vs_predicted(pts, v["metric"]), text
+
+
+def build(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = controls_row(params, CONTROLS)
+        plot = gr.Plot(label="measured vs predicted")
+        text = gr.Markdown()
+    return wire(Widget(wid, controls, defaults), compute, [plot, text])

@@ -1,0 +1,44 @@
+"""Memory per GPU: every pipeline stage's memory by role, with the capacity and fit-rule lines."""
+from __future__ import annotations
+
+import gradio as gr
+
+from calculators.memory import USABLE_FRACTION, memory_dict
+from playbook.plots import memory_by_stage
+
+from playbook.values import scenario_from
+
+from . import Widget, scenario_controls, wire
+
+CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
+              f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
+KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
+        "seq", "recompute", "schedule", "framework")
+
+
+def compute(v: dict):
+    model, cluster, par = scenario_from(v)
+    mem = memory_dict(model, cluster, par)
+    verdict = "fits" if mem["fits"] else "does **not** fit"
+    text = (f"{model.describe()}\n\nMost loaded GPU: stage {mem['stage']}, **{mem['total_gib']:.2f} GiB** of "
+            f"{mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory layout; {CONVENTION})")
+    text += "".join(f"\n\n> warning: {w}" for w in mem["warnings"])
+    return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
+
+
+def build(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = scenario_controls(params, KEYS, show=KEYS)
+        upload = gr.File(label="or upload a config.json", file_types=[".json"], type="filepath", height=80,
+                         visible="config" in str(params.get("show", "config")))
+        plot = gr.Plot(label="memory per GPU")
+        summary = gr.Markdown()
+    upload.upload(_read_upload, upload, controls["config"], api_visibility="private")
+    return wire(Widget(wid, controls, defaults), compute, [plot, summary])
+
+
+def _read_upload(path):
+    if not path:
+        return gr.update()
+    with open(path, errors="replace") as fh:
+        return fh.read()

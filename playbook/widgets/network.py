@@ -1,0 +1,90 @@
+"""Two hardware widgets:
+- collectives: time and bus bandwidth of a collective vs message size, for a group placed inside
+  one node, across nodes, or both (hierarchical), from comm.py's latency + bandwidth model;
+- roofline: the GPU's roofline with every kernel of one layer placed by its arithmetic intensity
+  and the rate the time model gives it (compute.py).
+"""
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+
+from calculators.comm import Group, bus_bandwidth, collective_time
+from calculators.errors import ConfigError
+from calculators.hardware import GPU_PRESETS
+from calculators.profiles import COLLECTIVES, default_profile
+from calculators.scenario import parse_hardware
+from playbook.plots import lines, roofline
+
+from playbook.values import scenario_from
+
+from . import Widget, scenario_controls, simple_widget, wire
+
+SIZES = [float(x) for x in np.geomspace(2**10, 2**32, 23)]
+COLL = {
+    "op": (lambda v: gr.Dropdown(list(COLLECTIVES), value=v, label="collective"), "all_reduce"),
+    "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
+    "n": (lambda v: gr.Slider(2, 1024, v, step=1, label="GPUs in the group"), 16),
+    "k": (lambda v: gr.Slider(1, 8, v, step=1, label="of them per node"), 8),
+}
+
+
+def coll_compute(v: dict):
+    n, k = int(v["n"]), int(v["k"])
+    if n % k:
+        raise ConfigError(f"{n} GPUs cannot sit {k} per node: make n a multiple of k")
+    cluster = parse_hardware({"gpu": v["gpu"], "nodes": max(1, n // k)})
+    prof = default_profile(cluster.gpu.name)
+    placements = {"as placed": Group(n, k, n // k)}
+    if n // k > 1 and k > 1:
+        placements["one per node (NICs only)"] = Group(n, 1, n)
+    if n <= cluster.gpus_per_node:
+        placements["one node (NVLink only)"] = Group(n, n, 1)
+    series = {f"{name}": [bus_bandwidth(v["op"], s, g, cluster, prof) for s in SIZES] for name, g in placements.items()}
+    g = placements["as placed"]
+    t = collective_time(v["op"], 2**28, g, cluster, prof)
+    text = (f"{v['op']} of 256 MiB over {n} GPUs ({k} per node on {n // k} node(s)): **{t * 1e3:.2f} ms**, bus "
+            f"bandwidth {bus_bandwidth(v['op'], 2**28, g, cluster, prof):.0f} GB/s (nccl-tests' busbw convention; "
+            f"GB = 10^9 bytes). Small messages are latency-bound: bandwidth falls off on the left.")
+    return lines(SIZES, series, "message size (bytes)", "bus bandwidth (GB/s)", f"{v['op']}: bus bandwidth vs size",
+                 log_x=True), text
+
+
+def build_collectives(wid: str, params: dict) -> Widget:
+    return simple_widget(wid, params, COLL, coll_compute, "collective cost")
+
+
+def roof_compute(v: dict):
+    from calculators.compute import gemm_time
+    model, cluster, par = scenario_from(v)
+    gpu, prof = cluster.gpu, default_profile(cluster.gpu.name)
+    T = par.mbs * par.seq / par.cp
+    points = []
+    for mm in model.layer_matmuls(bool(model.layer_kinds[-1])):
+        shard = par.tp if mm.tp in ("col", "row") and not mm.expert else 1
+        m_, kdim, n_ = T * (mm.used if mm.expert else 1), mm.fan_in / (shard if mm.tp == "row" else 1), \
+            mm.fan_out / (shard if mm.tp == "col" else 1)
+        flops = 2 * m_ * kdim * n_
+        nbytes = 2 * (m_ * kdim + kdim * n_ + m_ * n_)
+        rate = flops / gemm_time(m_, n_, kdim, gpu, prof) / 1e12
+        points.append((mm.name, flops / nbytes, rate))
+    points.append(("RMSNorm", 0.5, gpu.hbm_tbps * prof.hbm_fraction * 0.5))
+    points.append(("SwiGLU / residual", 0.33, gpu.hbm_tbps * prof.hbm_fraction * 0.33))
+    hd = model.head_dim
+    ai_attn = (2 * 2 * par.seq * hd / 2) / (2 * 4 * hd)          # causal flops per byte of q, k, v, o
+    points.append(("attention (flash)", ai_attn, gpu.bf16_tflops * prof.attention_fraction))
+    ridge = gpu.bf16_tflops / gpu.hbm_tbps
+    text = (f"{gpu.name}: {gpu.bf16_tflops:.0f} TFLOP/s dense bf16, {gpu.hbm_tbps} TB/s HBM: kernels below "
+            f"**{ridge:.0f} FLOP/byte** are memory-bound. Points: one layer of {model.name} at tp {par.tp}, "
+            f"{T:.0f} tokens per micro-batch, at the rate the time model gives each kernel.")
+    return roofline(gpu.bf16_tflops, gpu.hbm_tbps, points, f"{gpu.name} roofline, {model.name}"), text
+
+
+def build_roofline(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = scenario_controls(params, ("model", "gpu", "tp", "mbs", "seq"),
+                                               show=("model", "gpu", "tp", "mbs", "seq"))
+        plot = gr.Plot(label="roofline")
+        text = gr.Markdown()
+    return wire(Widget(wid, controls, defaults), roof_compute, [plot, text])
+

@@ -1,0 +1,53 @@
+"""The planner widget: the fastest layouts that fit for a model, a cluster, a sequence length and
+a batch; why the winner wins; the instructive rejections; each plan exported to a framework."""
+from __future__ import annotations
+
+import gradio as gr
+
+from calculators.errors import ConfigError
+from calculators.export import FORMATS
+from calculators.hardware import GPU_PRESETS
+from calculators.presets import MODEL_PRESETS
+from calculators.scenario import plan_answer
+from playbook.plots import plans_bar
+
+from . import Widget, controls_row, wire
+
+CONTROLS = {
+    "model": (lambda v: gr.Dropdown(list(MODEL_PRESETS), value=v, label="model preset"), "llama3-70b"),
+    "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
+    "nodes": (lambda v: gr.Number(v, label="nodes (8 GPUs each)", precision=0, minimum=1), 8),
+    "seq": (lambda v: gr.Number(v, label="sequence length", precision=0, minimum=128), 8192),
+    "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1), 512),
+    "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
+    "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
+}
+COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
+
+
+def compute(v: dict):
+    constraints = {} if v["recompute"] == "any" else {"recompute": v["recompute"]}
+    ans = plan_answer({"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"], "nodes": int(v["nodes"])},
+                       "seq": int(v["seq"]), "gbs": int(v["gbs"]), "constraints": constraints, "top": 5})
+    if ans["impossible"]:
+        raise ConfigError(f"{ans['impossible']}" + (f" Smallest cluster that fits: {ans['min_gpus']} GPUs."
+                                                    if ans["min_gpus"] else ""))
+    rows = [[p["rank"], p["label"], round(p["step"]["time_s"], 3), round(p["step"]["tokens_per_s_per_gpu"]),
+             f"{p['step']['mfu']:.1%}", round(p["memory"]["total_gib"], 1), f"{p['step']['bubble_fraction']:.1%}"]
+            for p in ans["plans"]]
+    rejected = "\n".join(f"- `{r['label']}`: {r['reason']}" for r in ans["rejected"][:6])
+    text = (f"**Why #1:** {ans['why']}\n\nSearched {ans['searched']:,} layouts in {ans['seconds']:.1f} s. MFU: "
+            f"model FLOPs over the dense bf16 peak; memory: GiB on the most loaded GPU.\n\n**Rejected:**\n{rejected}")
+    best = ans["plans"][0]["exports"][v["export"]]
+    code = best["text"] + "".join(f"\n# note: {n}" for n in best["notes"])
+    return plans_bar(ans["plans"]), rows, code, text
+
+
+def build(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = controls_row(params, CONTROLS)
+        plot = gr.Plot(label="plans")
+        table = gr.Dataframe(headers=COLUMNS, label="ranked plans", interactive=False)
+        text = gr.Markdown()
+        code = gr.Code(label="export", language="shell")
+    return wire(Widget(wid, controls, defaults), compute, [plot, table, code, text])

@@ -1,0 +1,38 @@
+"""Step time and MFU: where the time of one step goes (compute, recompute, each kind of
+communication exposed and hidden, bubble, optimizer), for any layout."""
+from __future__ import annotations
+
+import gradio as gr
+
+from calculators.memory import estimate_memory
+from calculators.step import estimate_step
+from playbook.plots import breakdown_bar
+
+from playbook.values import scenario_from
+
+from . import Widget, scenario_controls, wire
+
+KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
+        "seq", "recompute", "schedule", "precision", "framework")
+
+
+def compute(v: dict):
+    model, cluster, par = scenario_from(v)
+    step = estimate_step(model, cluster, par)
+    mem = estimate_memory(model, cluster, par)
+    fit = "fits" if mem.fits else "does **not** fit"
+    text = (f"**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
+            f"MFU **{step.mfu:.1%}** (model FLOPs, no recompute), HFU {step.hfu:.1%} (with recompute), "
+            f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
+            f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU is over the dense {par.precision} peak.")
+    return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text
+
+
+def build(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = scenario_controls(
+            params, KEYS, show=("model", "gpu", "nodes", "dp", "tp", "pp", "zero", "mbs", "gbs", "seq", "recompute",
+                                "schedule", "precision"))
+        plot = gr.Plot(label="step time breakdown")
+        text = gr.Markdown()
+    return wire(Widget(wid, controls, defaults), compute, [plot, text])
