@@ -32,24 +32,28 @@ CONTROLS = {
 }
 
 
-@lru_cache(maxsize=8)
-def _load(path: str, stamp: float) -> results.Loaded:
-    return results.load(path)
-
-
-def load_rows(local: str) -> tuple[list, list]:
+def _sources(local: str) -> tuple:
+    """((path, modification stamp) ...) of the result files to show: a change of any file changes it."""
     paths = [str(results.BUNDLED)] + ([local] if local else []) + \
         ([os.environ["PLAYBOOK_RESULTS"]] if os.environ.get("PLAYBOOK_RESULTS") else [])
-    rows, problems = [], []
+    out = []
     for p in paths:
         path = Path(p).expanduser()
-        if not path.exists():
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        out.append((p, tuple((str(f), f.stat().st_mtime) for f in files if f.exists())))
+    return tuple(out)
+
+
+@lru_cache(maxsize=8)
+def load_rows(sources: tuple) -> tuple[list, list]:
+    rows, problems = [], []
+    for p, files in sources:
+        if not files and not Path(p).expanduser().is_dir():
             problems.append(f"{p}: no such file or directory")
-            continue
-        stamp = max((f.stat().st_mtime for f in path.glob("*.jsonl")), default=0) if path.is_dir() else path.stat().st_mtime
-        got = _load(str(path), stamp)
-        rows += got.rows
-        problems += got.problems
+        for f, _ in files:
+            got = results.load(f)
+            rows += got.rows
+            problems += got.problems
     return rows, problems
 
 
@@ -67,7 +71,25 @@ def _value(row, metric):
 
 
 def compute(v: dict):
-    rows, problems = load_rows((v.get("local") or "").strip())
+    pts, problems = _points((v.get("local") or "").strip(), v["metric"], v["model"] or "", v["nodes"])
+    if not pts:
+        raise ConfigError("no measured rows match these filters: widen them (model, nodes) or add results")
+    errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pts)
+    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Sources: "
+            + "; ".join(sorted({p['source'] for p in pts})))
+    text += "".join(f"\n\n> skipped {p}" for p in problems[:5])
+    return measured_vs_predicted(pts, v["metric"]), text
+
+
+def _points(local: str, metric: str, model: str, nodes_filter: str) -> tuple[list, list]:
+    return _match(_sources(local), metric, model, nodes_filter)
+
+
+@lru_cache(maxsize=64)
+def _match(sources: tuple, metric: str, model: str, nodes_filter: str) -> tuple[list, list]:
+    """The (measured, predicted) points of the rows that match; cached per state of the files."""
+    rows, problems = load_rows(sources)
+    v = {"metric": metric, "model": model, "nodes": nodes_filter}
     pts = []
     for r in rows:
         if r["suite"] != "train" or r["status"] != "ok":
@@ -83,13 +105,7 @@ def compute(v: dict):
             pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
                         "label": f"{name} dp{par.get('dp')} tp{par.get('tp')} pp{par.get('pp')} mbs{par.get('mbs')} "
                                  f"zero{par.get('zero')}", "source": r.get("source", "your run")})
-    if not pts:
-        raise ConfigError("no measured rows match these filters: widen them (model, nodes) or add results")
-    errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pts)
-    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Sources: "
-            + "; ".join(sorted({p['source'] for p in pts})))
-    text += "".join(f"\n\n> skipped {p}" for p in problems[:5])
-    return measured_vs_predicted(pts, v["metric"]), text
+    return pts, list(problems)
 
 
 def build(wid: str, params: dict) -> Widget:
