@@ -23,6 +23,7 @@ window.pbUrl = (wid, keys, defaults, vals) => {
   return vals;
 };
 window.pbChapter = (slug) => {
+  if (!window.pbApplied) return;     // the first tab reports itself selected before the URL is read
   const u = new URL(window.location.href);
   u.searchParams.set("chapter", slug);
   window.history.replaceState(null, "", u);
@@ -70,5 +71,5 @@ def wire_url(tabs, widgets, slugs) -> None:
                 updates.append(settings[(w.wid, key)] if (w.wid, key) in settings else gr.update())
         return updates
 
-    gr.on(None, apply, None, outputs, api_visibility="private", show_progress="hidden").then(
+    gr.on(None, apply, None, outputs, api_visibility="private", show_progress="hidden", queue=False).then(
         None, js="() => { window.pbApplied = true; }")
