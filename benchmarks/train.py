@@ -100,7 +100,7 @@ class Trainer:
             split = pipeline.stage_layers(spec.layers, n_stages, run.split)
             self.parts = [_part(spec, run, device, self.mesh, self.dp_mesh, i, n_stages, split[i]) for i in ids]
             self.schedule = pipeline.build_schedule(self.parts, ids, n_stages, self.mesh["pp"].get_group(), device,
-                                                    run.schedule, par.microbatches, self._loss)
+                                                    run.schedule, par.microbatches, loss_fn)
             self.has_first = 0 in ids
             self.has_last = n_stages - 1 in ids
         else:
@@ -108,9 +108,6 @@ class Trainer:
             self.schedule = None
         self.opt = _optimizer([p for m in self.parts for p in m.parameters()], run)
         self.dp_rank = self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
-
-    def _loss(self, logits, labels):
-        return loss_fn(logits, labels)
 
     def _context(self, *buffers):
         ctx = contextlib.ExitStack()

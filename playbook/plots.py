@@ -70,7 +70,7 @@ def breakdown_bar(breakdown: dict, title: str) -> go.Figure:
     return _layout(fig, title, "seconds per step", "", height=300)
 
 
-def scaling_plot(xs, rows: list[dict], x: str, title: str, memory_line: float | None = None) -> go.Figure:
+def scaling_plot(xs, rows: list[dict], x: str, title: str) -> go.Figure:
     """Seconds per step by part (stacked bars) and tokens/s/GPU (line, right axis) vs one axis;
     memory GiB as a dotted line when the rows carry it."""
     fig = go.Figure()

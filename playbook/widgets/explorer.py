@@ -75,7 +75,9 @@ def compute(v: dict):
     if not pts:
         raise ConfigError("no measured rows match these filters: widen them (model, nodes) or add results")
     errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pts)
-    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Sources: "
+    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Predictions are "
+            f"the ones stored with each run (default hardware profile: the nominal network, which the runs on many "
+            f"nodes did not reach). Sources: "
             + "; ".join(sorted({p['source'] for p in pts})))
     text += "".join(f"\n\n> skipped {p}" for p in problems[:5])
     return measured_vs_predicted(pts, v["metric"]), text

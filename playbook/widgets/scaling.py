@@ -11,7 +11,7 @@ from dataclasses import replace
 import gradio as gr
 
 from calculators.errors import ConfigError
-from calculators.memory import estimate_memory
+from calculators.memory import USABLE_FRACTION, estimate_memory
 from calculators.step import estimate_step
 from playbook.plots import scaling_plot
 
@@ -66,12 +66,14 @@ def tp_compute(v: dict):
         xs.append(tp)
     if not xs:
         raise ConfigError(f"no tp divides both {world} GPUs and the global batch: change nodes or gbs")
-    best = max(range(len(xs)), key=lambda i: rows[i]["tokens/s/GPU"] if rows[i]["memory GiB"] < 0.77 * cluster0.gpu.memory_gib else -1)
+    usable = USABLE_FRACTION * cluster0.gpu.memory_gib
+    fitting = [i for i in range(len(xs)) if rows[i]["memory GiB"] <= usable]
+    best = max(fitting, key=lambda i: rows[i]["tokens/s/GPU"]) if fitting else None
+    verdict = (f"Fastest that fits: **tp {xs[best]}**, {rows[best]['tokens/s/GPU']:,.0f} tokens/s/GPU." if fitting
+               else f"**None fits** in {usable:.0f} GiB: add nodes, pipeline stages, ZeRO or recompute.")
     text = (f"{world} GPUs: tp {xs[0]} needs {rows[0]['memory GiB']:.1f} GiB per GPU, tp {xs[-1]} "
-            f"{rows[-1]['memory GiB']:.1f} GiB. Fastest that fits: **tp {xs[best]}**, "
-            f"{rows[best]['tokens/s/GPU']:,.0f} tokens/s/GPU. Past tp 8 the TP collectives cross nodes.")
-    return scaling_plot(xs, rows, "tp (tensor parallel)", f"{model.name}: tensor parallelism on {world} GPUs",
-                        memory_line=0.77 * cluster0.gpu.memory_gib), text
+            f"{rows[-1]['memory GiB']:.1f} GiB. {verdict} Past tp 8 the TP collectives cross nodes.")
+    return scaling_plot(xs, rows, "tp (tensor parallel)", f"{model.name}: tensor parallelism on {world} GPUs"), text
 
 
 def _build(wid, params, keys, show, fn, label):
