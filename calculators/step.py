@@ -200,18 +200,19 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         dense = expert = 0.0
         for moe, (d, e) in per_kind.items():
             n = n_moe if moe else len(rank_layers) - n_moe
-            dense, expert = dense + n * (d - e), expert + n * e
+            dense, expert = dense + n * d, expert + n * e
         if 0 in mine:
             dense += model.vocab * model.hidden / par.tp
         if S - 1 in mine and (not model.tied_embeddings or p > 1):
             dense += model.vocab * model.hidden / par.tp
-        sync, exposed_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes)
+        sync, exposed_extra, hidden_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
+                                                     expert_g, grad_bytes)
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
         if dp_exposed + exposed_extra + opt >= tail:
             tail = dp_exposed + exposed_extra + opt
-            tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed,
+            tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,
                           "optimizer": opt}
     time_s = timeline.makespan + tail
 
@@ -233,8 +234,9 @@ def _simulated(schedule, p, m, v, f, b, w, p2p):
 
 
 def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes):
-    """(gradient sync that backward can hide, exposed ZeRO gathers) of one pipeline rank."""
-    sync, exposed_extra = 0.0, 0.0
+    """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO-3 traffic hidden behind
+    compute) of one pipeline rank."""
+    sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
     for params, g in ((dense, dense_g), (expert, expert_g)):
         if params <= 0 or g.size <= 1:
             continue
@@ -246,8 +248,9 @@ def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g
         else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
             per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
                 collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
-            exposed_extra += m * max(0.0, per_mb - profile.overlap["zero3"] * compute)
-    return sync, exposed_extra
+            hidden = min(per_mb, profile.overlap["zero3"] * compute)
+            exposed_extra, hidden_extra = exposed_extra + m * (per_mb - hidden), hidden_extra + m * hidden
+    return sync, exposed_extra, hidden_extra
 
 
 def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:

@@ -97,3 +97,24 @@ def test_profiles_load_from_files_and_report_bad_keys(tmp_path):
     from_file = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": str(path)}})["step"]["time_s"]
     assert slow > 1.5 * fast and from_file == pytest.approx(fast)
     json.dumps(evaluate(sc))                                   # the answer is plain JSON
+
+
+def test_moe_dense_gradients_reduce_over_all_data_ranks():
+    """Mixtral on 8 GPUs with ep=8: each expert lives on one GPU (no expert sync), but attention,
+    norms, router and embeddings are replicated on all 8 and their gradients all-reduce over 8."""
+    from calculators.comm import Group, collective_time
+    from calculators.memory import kind_params
+    mix = model_from_name("mixtral-8x7b")
+    par = ParallelConfig(dp=8, ep=8, zero=0, gbs=64, seq=4096)
+    cluster = ClusterSpec(H100, nodes=1)
+    dense_per_layer, _ = kind_params(mix, par, True)
+    dense = mix.layers * dense_per_layer + 2 * mix.vocab * mix.hidden        # untied input and output embeddings
+    expected = collective_time("all_reduce", 4 * dense, Group(8, 8, 1), cluster, PROF)
+    b = estimate_step(mix, cluster, par).breakdown
+    assert b["dp_exposed"] + b["dp_hidden"] == pytest.approx(expected)
+    assert expected > 0.01                       # 1.6B replicated parameters: tens of ms on NVLink
+
+
+def test_zero3_gathers_are_shown_even_when_hidden():
+    b = _step(dp=8, zero=3).breakdown
+    assert b["dp_exposed"] + b["dp_hidden"] > _step(dp=8, zero=1).breakdown["dp_hidden"] > 0
