@@ -58,7 +58,6 @@ def load_runs(path: Path = DATA) -> list[Run]:
         for row in csv.DictReader(fh):
             dp, tp, pp, mbs = (int(row[k]) for k in ("dp", "tp", "pp", "mbs"))
             acc = int(float(row["batch_accum"]))
-            nodes = int(float(row["nodes"]))
             status = row["status"]
             outcome = ("oom" if status == "OOM" or row["oom_error"] == "True"
                        else "ok" if status == "Success" else "other")
