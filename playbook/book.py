@@ -4,6 +4,7 @@ directives into text and live widgets, with the prose's numbers rendered from th
     ---
     title: Data parallelism and ZeRO
     order: 3
+    tab: DP & ZeRO
     ---
     Text with a computed number: {{ memory model=llama3-8b dp=8 zero=1 }} ...
 
@@ -36,6 +37,7 @@ class Chapter:
     title: str
     order: int
     segments: tuple = field(default=())   # ("text", markdown) | ("widget", name, params)
+    tab: str = ""                         # short label: every chapter's tab fits on a laptop screen
 
 
 def _kwargs(text: str) -> dict:
@@ -74,8 +76,9 @@ def parse(text: str, where: str = "chapter") -> Chapter:
         pos = end
     segments.append(("text", fill_numbers("\n".join(lines[pos:]), where)))
     slug = Path(where).stem.split("-", 1)[-1]
-    return Chapter(slug, meta["title"].strip(), int(meta["order"]),
-                   tuple(s for s in segments if s[0] == "widget" or s[1].strip()))
+    title = meta["title"].strip()
+    return Chapter(slug, title, int(meta["order"]), tuple(s for s in segments if s[0] == "widget" or s[1].strip()),
+                   meta.get("tab", title).strip())
 
 
 @lru_cache(maxsize=1)

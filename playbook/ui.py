@@ -8,7 +8,7 @@ import gradio as gr
 
 from playbook import book
 from playbook.url import wire_url
-from playbook.widgets import (activations, explorer, memory, network, planner, scaling, schedule, step,
+from playbook.widgets import (activations, connect, explorer, memory, network, planner, scaling, schedule, step,
                               timeline)
 
 WIDGETS = {"memory": memory.build, "timeline": timeline.build, "activations": activations.build,
@@ -24,15 +24,18 @@ def build() -> list:
     widgets = []
     with gr.Tabs() as tabs:
         for ch in chapters:
-            with gr.Tab(f"{ch.order}. {ch.title}", id=ch.slug) as tab:
+            with gr.Tab(f"{ch.order} {ch.tab}", id=ch.slug) as tab:
+                heading = f"# {ch.order}. {ch.title}\n\n"
                 for n, seg in enumerate(ch.segments):
                     if seg[0] == "text":
-                        gr.Markdown(seg[1], latex_delimiters=LATEX, header_links=True)
+                        gr.Markdown(heading + seg[1], latex_delimiters=LATEX, header_links=True)
+                        heading = ""
                     else:
                         _, name, params = seg
                         if name not in WIDGETS:
                             raise ValueError(f"chapter {ch.slug}: unknown widget {name!r}; known: {', '.join(WIDGETS)}")
                         widgets.append(WIDGETS[name](f"{name}_{ch.order}_{n}", params))
+                        connect(widgets[-1], tab.select)
             tab.select(None, js=f"() => window.pbChapter({json.dumps(ch.slug)})")
     wire_url(tabs, widgets, [c.slug for c in chapters])
     return widgets

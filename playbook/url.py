@@ -60,7 +60,9 @@ def values_from_query(query: dict, widgets, slugs) -> tuple[str | None, dict]:
 
 
 def wire_url(tabs, widgets, slugs) -> None:
-    """On page load: select the URL's chapter and set the URL's settings."""
+    """On page load, if the URL has a query: select its chapter and set its settings. A hidden
+    button carries the restore so that a plain visit costs nothing: every output of an event
+    costs the page a walk over all its components."""
     outputs = [tabs] + [c for w in widgets for c in w.controls.values()]
 
     def apply(request: gr.Request):
@@ -71,5 +73,14 @@ def wire_url(tabs, widgets, slugs) -> None:
                 updates.append(settings[(w.wid, key)] if (w.wid, key) in settings else gr.update())
         return updates
 
-    gr.on(None, apply, None, outputs, api_visibility="private", show_progress="hidden", queue=False).then(
+    restore = gr.Button("restore from URL", visible="hidden", elem_id="pb-restore")
+    restore.click(apply, None, outputs, api_visibility="private", show_progress="hidden", queue=False).then(
         None, js="() => { window.pbApplied = true; }")
+    gr.on(None, None, js="""() => {
+        if (window.location.search.length <= 1) { window.pbApplied = true; return; }
+        const go = (n) => {              // the load event can come before the button is mounted
+            const b = document.getElementById("pb-restore");
+            if (b) b.click(); else if (n > 0) setTimeout(() => go(n - 1), 50);
+        };
+        go(200);
+    }""")

@@ -29,11 +29,11 @@ def compute(v: dict):
 def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=KEYS)
-        upload = gr.File(label="or upload a config.json", file_types=[".json"], type="filepath", height=80,
-                         visible="config" in str(params.get("show", "config")))
+        if "config" in controls:
+            upload = gr.File(label="or upload a config.json", file_types=[".json"], type="filepath", height=80)
+            upload.upload(_read_upload, upload, controls["config"], api_visibility="private")
         plot = gr.Plot(label="memory per GPU")
         summary = gr.Markdown()
-    upload.upload(_read_upload, upload, controls["config"], api_visibility="private")
     return wire(Widget(wid, controls, defaults), compute, [plot, summary])
 
 

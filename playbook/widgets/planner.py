@@ -2,6 +2,8 @@
 a batch; why the winner wins; the instructive rejections; each plan exported to a framework."""
 from __future__ import annotations
 
+import functools
+
 import gradio as gr
 
 from calculators.errors import ConfigError
@@ -25,10 +27,16 @@ CONTROLS = {
 COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
 
 
+@functools.lru_cache(maxsize=64)
+def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str) -> dict:
+    """One search per question: revisiting the chapter or changing only the export format is free."""
+    constraints = {} if recompute == "any" else {"recompute": recompute}
+    return plan_answer({"model": {"preset": model}, "hardware": {"gpu": gpu, "nodes": nodes},
+                        "seq": seq, "gbs": gbs, "constraints": constraints, "top": 5})
+
+
 def compute(v: dict):
-    constraints = {} if v["recompute"] == "any" else {"recompute": v["recompute"]}
-    ans = plan_answer({"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"], "nodes": int(v["nodes"])},
-                       "seq": int(v["seq"]), "gbs": int(v["gbs"]), "constraints": constraints, "top": 5})
+    ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"])
     if ans["impossible"]:
         raise ConfigError(f"{ans['impossible']}" + (f" Smallest cluster that fits: {ans['min_gpus']} GPUs."
                                                     if ans["min_gpus"] else ""))

@@ -42,31 +42,30 @@ def test_every_widget_draws_without_error(client):
         assert "Something went wrong" not in str(out[-1]) and "Cannot evaluate" not in str(out[-1]), (name, out[-1])
 
 
-def test_memory_widget_shows_the_calculators_number(client):
-    args = endpoints(client)["/memory_6_3"]          # model config gpu nodes gpn dp tp pp cp ep vpp zero sp ...
-    _, text = client.predict(*args, api_name="/memory_6_3")
+def args_of(demo, wid, **changes):
+    """The widget's endpoint arguments: its defaults, with `changes` by setting name."""
+    w = next(w for w in demo.playbook_widgets if w.wid == wid)
+    assert set(changes) <= set(w.controls), f"{wid} has no control for {set(changes) - set(w.controls)}"
+    return [changes.get(k, w.defaults[k]) for k in w.controls]
+
+
+def test_memory_widget_shows_the_calculators_number(demo, client):
+    _, text = client.predict(*args_of(demo, "memory_6_3"), api_name="/memory_6_3")
     expected = evaluate({"model": {"preset": "llama3-70b"}, "hardware": {"nodes": 4, "gpus_per_node": 8},
                          "parallel": {"dp": 1, "tp": 8, "pp": 4, "zero": 1, "sp": True, "gbs": 64, "seq": 8192}})
     assert f"**{expected['memory']['total_gib']:.2f} GiB**" in text
 
 
-def test_invalid_layout_and_bad_config_are_explained_inline(client):
-    args = endpoints(client)["/memory_6_3"]
-    bad = list(args)
-    bad[6] = 3                                        # tp
-    plot, text = client.predict(*bad, api_name="/memory_6_3")
-    assert plot is None and "tp=3 must divide heads=64" in text
-    bad = list(args)
-    bad[1] = '{"model_type": "llama", "num_hidden_layers": 2'
-    plot, text = client.predict(*bad, api_name="/memory_6_3")
+def test_invalid_layout_and_bad_config_are_explained_inline(demo, client):
+    plot, text = client.predict(*args_of(demo, "step_13_1", tp=3), api_name="/step_13_1")
+    assert plot is None and "tp=3 must divide heads=32" in text
+    bad = '{"model_type": "llama", "num_hidden_layers": 2'
+    plot, text = client.predict(*args_of(demo, "memory_1_1", config=bad), api_name="/memory_1_1")
     assert plot is None and "not valid JSON" in text
 
 
 def test_url_query_sets_chapter_and_valid_settings_only(demo):
-    from playbook import ui
-    import gradio as gr
-    with gr.Blocks():
-        widgets = ui.build()
+    widgets = demo.playbook_widgets
     w = next(w for w in widgets if w.wid == "schedule_6_1")
     chapter, settings = values_from_query(
         {"chapter": "pipeline-parallel", "schedule_6_1.m": "16", "schedule_6_1.schedule": "zb",
