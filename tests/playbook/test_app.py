@@ -49,6 +49,15 @@ def args_of(demo, wid, **changes):
     return [changes.get(k, w.defaults[k]) for k in w.controls]
 
 
+def test_every_figure_is_valid_plotly(demo):
+    """Figures are served as plain JSON; plotly's own objects check every property here."""
+    for w in demo.playbook_widgets:
+        fig = w.handler(*args_of(demo, w.wid))[0]
+        assert fig is not None, w.wid
+        checked = fig.validated()                     # raises on an unknown or invalid property
+        assert len(checked.data) == len(fig.data) > 0, w.wid
+
+
 def test_memory_widget_shows_the_calculators_number(demo, client):
     _, text = client.predict(*args_of(demo, "memory_6_3"), api_name="/memory_6_3")
     expected = evaluate({"model": {"preset": "llama3-70b"}, "hardware": {"nodes": 4, "gpus_per_node": 8},
@@ -84,7 +93,7 @@ def _server_side_ms(demo, name, args, n):
         t0 = time.perf_counter()
         asyncio.run(demo.process_api(fn, list(args), state))
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.quantiles(times, n=20)[-1]
+    return statistics.quantiles(times, n=20)[-1] if n > 1 else times[0]
 
 
 @pytest.mark.slow
@@ -101,5 +110,10 @@ def test_widgets_answer_in_under_100_ms_server_side(demo, client):
 
 @pytest.mark.slow
 def test_planner_widget_answers_in_seconds(demo, client):
+    from playbook.widgets import planner
     name, args = next((n, a) for n, a in endpoints(client).items() if n.startswith("/planner"))
-    assert _server_side_ms(demo, name, args, 5) < 5000
+    times = []
+    for _ in range(3):
+        planner._plan.cache_clear()                   # a new question each time: the whole search
+        times.append(_server_side_ms(demo, name, args, 1))
+    assert max(times) < 5000, times

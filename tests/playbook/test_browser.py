@@ -6,19 +6,16 @@ artifacts/screenshots/). Chromium comes from the system (Debian's `chromium`), n
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import gradio as gr
 import pytest
 
-from playbook import book, ui
+from playbook import book
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.playbook.conftest import ROOT
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
 SLIDERS = ("seq", "m", "n", "mbs")               # which slider to move, when a widget has no radio
@@ -35,38 +32,6 @@ def chromium() -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    """app.py as a user starts it, in its own process; yields (url, seconds until it answered)."""
-    port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                if time.perf_counter() - t0 > 60:
-                    pytest.fail("app.py did not answer within 60 s")
-                time.sleep(0.1)
-        yield url, time.perf_counter() - t0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
 @pytest.fixture(scope="module")
 def browser():
     playwright = pytest.importorskip("playwright.sync_api")
@@ -74,12 +39,6 @@ def browser():
         b = p.chromium.launch(executable_path=chromium(), args=FLAGS)
         yield b
         b.close()
-
-
-@pytest.fixture(scope="module")
-def widgets():
-    with gr.Blocks():
-        return ui.build()
 
 
 def watch(page) -> list:
