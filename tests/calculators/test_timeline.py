@@ -1,0 +1,75 @@
+"""Memory through a step: the phases' roles follow what PyTorch itself allocates (a real training
+loop on CPU, roles counted phase by phase), and the second step's backward is the estimate's peak."""
+import weakref
+
+import pytest
+import torch
+
+from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.memory import estimate_memory
+from calculators.parallel import ParallelConfig
+from calculators.presets import model_from_name
+from calculators.timeline import step_timeline
+
+ROLES = ("gradients", "Adam moments", "activations")
+
+
+def measured_phases() -> list[tuple[str, dict]]:
+    """Which of gradients, Adam moments and saved activations exist at each phase of two steps of
+    AdamW with zero_grad(set_to_none=True), PyTorch's default (FSDP2's layout). Saved activations
+    are the tensors autograd saved for backward (not parameters) and still alive."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    opt = torch.optim.AdamW(model.parameters())
+    params = {p.data_ptr() for p in model.parameters()}
+    saved, phases = [], []
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            saved.append(weakref.ref(t))
+        return t
+
+    def roles():
+        return {"gradients": sum(p.grad.numel() for p in model.parameters() if p.grad is not None),
+                "Adam moments": sum(t.numel() for s in opt.state.values() for k, t in s.items() if k != "step"),
+                "activations": sum(r().numel() for r in saved if r() is not None)}
+
+    phases.append(("init", roles()))
+    for step in (1, 2):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            h = model[0](torch.randn(8, 64))
+            # fires in backward once the later layers are done, before the first layer's own
+            h.register_hook(lambda g, step=step: phases.append((f"step {step} backward peak", roles())))
+            loss = model[2](model[1](h)).square().mean()
+        phases.append((f"step {step} forward peak", roles()))
+        loss.backward()
+        del loss, h
+        phases.append((f"step {step} backward end", roles()))
+        opt.step()
+        phases.append((f"step {step} optimizer", roles()))
+        opt.zero_grad(set_to_none=True)
+    return phases
+
+
+def test_phases_hold_the_roles_pytorch_allocates():
+    est = estimate_memory(model_from_name("llama3-8b"), ClusterSpec(gpu_from_name("H100-80GB"), nodes=1),
+                          ParallelConfig(dp=8, zero=3, gbs=8, seq=4096, framework="fsdp2"))
+    predicted = step_timeline(est, "fsdp2")
+    measured = dict(measured_phases())
+    assert [p for p, _ in predicted] == ["init", "step 1 forward peak", "step 1 backward end", "step 1 optimizer",
+                                         "step 2 forward peak", "step 2 backward peak", "step 2 optimizer"]
+    for phase, gib in predicted:
+        present = {r: gib[r] > 0 for r in ROLES}
+        assert present == {r: measured[phase][r] > 0 for r in ROLES}, phase
+
+
+@pytest.mark.parametrize("framework", ["megatron", "fsdp2", "deepspeed", "nanotron"])
+def test_second_step_backward_is_the_estimate_and_the_peak(framework):
+    est = estimate_memory(model_from_name("llama3-8b"), ClusterSpec(gpu_from_name("H100-80GB"), nodes=1),
+                          ParallelConfig(dp=8, zero=1, gbs=8, seq=4096, framework=framework))
+    totals = {phase: sum(gib.values()) for phase, gib in step_timeline(est, framework)}
+    assert totals["step 2 backward peak"] == pytest.approx(est.worst.total_gib)
+    assert max(totals.values()) == totals["step 2 backward peak"]
+    assert totals["step 1 forward peak"] < totals["step 2 forward peak"]      # no Adam moments yet
+    persistent = framework != "fsdp2"               # one gradient buffer allocated at init
+    assert (dict(step_timeline(est, framework))["init"]["gradients"] > 0) == persistent
