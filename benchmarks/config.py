@@ -120,7 +120,17 @@ class RunSpec:
                               sp=self.sp and self.tp > 1, mbs=self.mbs, gbs=self.gbs, seq=self.seq,
                               recompute=self.recompute, schedule=self.schedule,
                               precision="fp8" if self.precision == "fp8" else "bf16",
-                              framework="fsdp2", split=self.split)
+                              framework="fsdp2", split=self.split or self._v_split())
+
+    def _v_split(self) -> tuple:
+        """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)
+        for the calculators' zero-bubble estimate, which is ZB-H1, one stage per rank, so that the
+        prediction counts the layers each rank really holds. The calculators' own split agrees with
+        the harness for gpipe, 1f1b, interleaved and dualpipe."""
+        if self.pp == 1 or self.schedule != "zb":
+            return ()
+        stages = stage_layers(self.spec().layers, 2 * self.pp)
+        return tuple(sum(len(stages[s]) for s in stage_ids(r, self.pp, self.schedule, 1)) for r in range(self.pp))
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -158,3 +168,32 @@ def read_configs(path: str | Path) -> list[dict]:
         if not isinstance(item, dict):
             raise ConfigError(f"{path}: config {n} is not a JSON object")
     return items
+
+
+def stages_per_rank(schedule: str, vpp: int) -> int:
+    return vpp if schedule == "interleaved" else 2 if schedule in ("zb", "dualpipe") else 1
+
+
+def stage_ids(rank: int, p: int, schedule: str, vpp: int) -> list[int]:
+    n = stages_per_rank(schedule, vpp)
+    if schedule in ("zb", "dualpipe"):
+        return [rank, 2 * p - 1 - rank]
+    return [rank + i * p for i in range(n)]
+
+
+def stage_layers(layers: int, stages: int, split: tuple = ()) -> list[list[int]]:
+    """Layer indices of each stage: `split` (layers per stage) or as even as possible, the
+    earlier stages taking the remainder."""
+    if split:
+        if len(split) != stages or sum(split) != layers:
+            raise ConfigError(f"split {list(split)} must give {stages} stages summing to {layers} layers")
+        counts = list(split)
+    else:
+        if layers < stages:
+            raise ConfigError(f"{layers} layers cannot fill {stages} pipeline stages; use fewer stages")
+        counts = [layers // stages + (1 if i < layers % stages else 0) for i in range(stages)]
+    out, start = [], 0
+    for c in counts:
+        out.append(list(range(start, start + c)))
+        start += c
+    return out

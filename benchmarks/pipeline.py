@@ -20,40 +20,14 @@ import torch
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
                                           ScheduleInterleaved1F1B, ScheduleZBVZeroBubble)
 
+from benchmarks.config import stage_ids, stage_layers, stages_per_rank   # torch-free, so the run spec can use them
 from calculators.errors import ConfigError
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
              "zb": ScheduleZBVZeroBubble, "dualpipe": ScheduleDualPipeV}
 MULTI = ("interleaved", "zb", "dualpipe")   # schedules that take a list of stages per rank
-
-
-def stages_per_rank(schedule: str, vpp: int) -> int:
-    return vpp if schedule == "interleaved" else 2 if schedule in ("zb", "dualpipe") else 1
-
-
-def stage_ids(rank: int, p: int, schedule: str, vpp: int) -> list[int]:
-    n = stages_per_rank(schedule, vpp)
-    if schedule in ("zb", "dualpipe"):
-        return [rank, 2 * p - 1 - rank]
-    return [rank + i * p for i in range(n)]
-
-
-def stage_layers(layers: int, stages: int, split: tuple = ()) -> list[list[int]]:
-    """Layer indices of each stage: `split` (layers per stage) or as even as possible, the
-    earlier stages taking the remainder."""
-    if split:
-        if len(split) != stages or sum(split) != layers:
-            raise ConfigError(f"split {list(split)} must give {stages} stages summing to {layers} layers")
-        counts = list(split)
-    else:
-        if layers < stages:
-            raise ConfigError(f"{layers} layers cannot fill {stages} pipeline stages; use fewer stages")
-        counts = [layers // stages + (1 if i < layers % stages else 0) for i in range(stages)]
-    out, start = [], 0
-    for c in counts:
-        out.append(list(range(start, start + c)))
-        start += c
-    return out
+__all__ = ["SCHEDULES", "MULTI", "stage_ids", "stage_layers", "stages_per_rank", "check", "trim_to_stage",
+           "build_schedule"]
 
 
 def check(run, model_layers: int, microbatches: int, p: int) -> None:

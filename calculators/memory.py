@@ -77,7 +77,8 @@ def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
     """Layer indices held by each pipeline rank.
 
     Even split, earlier ranks taking the remainder (np.array_split), with virtual stages dealt
-    round-robin: p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7].
+    round-robin: p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7]; DualPipeV
+    folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1 [2, 3, 4, 5].
     `par.split` (the planner's choice) gives each rank its count of contiguous layers.
     nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank
     is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the
@@ -89,11 +90,14 @@ def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
         return [list(range(s, s + n)) for s, n in zip(starts, par.split)]
     if par.framework == "nanotron" and v == 1 and p > 1:
         return _cost_split(model, p)
-    chunks = p * v
+    chunks = 2 * p if par.schedule == "dualpipe" else p * v
     sizes = [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
     starts = [sum(sizes[:i]) for i in range(chunks)]
-    return [[layer for c in range(r, chunks, p) for layer in range(starts[c], starts[c] + sizes[c])]
-            for r in range(p)]
+    if par.schedule == "dualpipe":       # DualPipeV: a V, rank r runs chunks r and 2p-1-r
+        held = [(r, chunks - 1 - r) for r in range(p)]
+    else:
+        held = [tuple(range(r, chunks, p)) for r in range(p)]
+    return [[layer for c in sorted(cs) for layer in range(starts[c], starts[c] + sizes[c])] for cs in held]
 
 
 def _cost_split(model: ModelSpec, p: int) -> list[list[int]]:

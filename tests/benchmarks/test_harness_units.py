@@ -71,3 +71,19 @@ def test_run_spec_validation():
     assert RunSpec(tp=2, gbs=8).parallel(4).dp == 2
     with pytest.raises(ConfigError, match="unknown run option"):
         RunSpec.from_dict({"tpp": 2})
+
+
+@pytest.mark.parametrize("schedule,vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb", 1), ("dualpipe", 1)])
+@pytest.mark.parametrize("layers,pp", [(16, 2), (30, 4), (35, 2), (32, 4)])
+def test_prediction_counts_the_layers_each_rank_runs(schedule, vpp, layers, pp):
+    """The calculators' layout for a run gives every pipeline rank as many layers as the harness
+    puts on it (V-shaped schedules through an explicit split)."""
+    from dataclasses import replace as dc_replace
+    from calculators.memory import stage_layers as predicted
+    run = RunSpec(model="tiny", pp=pp, vpp=vpp, schedule=schedule, mbs=1, gbs=4 * pp, seq=32)
+    spec = dc_replace(run.spec(), layers=layers)
+    run = dc_replace(run, model=spec)
+    n = pipeline.stages_per_rank(schedule, vpp)
+    stages = pipeline.stage_layers(layers, pp * n)
+    harness = [sum(len(stages[s]) for s in pipeline.stage_ids(r, pp, schedule, vpp)) for r in range(pp)]
+    assert [len(x) for x in predicted(spec, run.parallel(pp))] == harness
