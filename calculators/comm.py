@@ -18,7 +18,11 @@ GB/s) and alpha its per-step latency:
            reduce-scatter + inter-node all-reduce of S/k on each of the k rails + intra-node
            all-gather; all-gather and reduce-scatter likewise in two phases; all-to-all sends
            (n-k)/n of its buffer over the NICs and (k-1)/n over NVLink at the same time.
-Across nodes each GPU gets min(link, fabric_gbps / N) when the fabric is shared.
+Across nodes each GPU gets min(link, fabric_gbps / N_f) when the fabric is shared, with N_f the
+nodes crossing it at once: a benchmark's N, but in training every group of an axis runs its
+collective at the same moment, so a TP or DP group spanning 2 nodes of a 32-node job shares the
+fabric with all 32 (`group` sets that; nanotron's runs show it: cross-node TP at 16 MB messages
+ran 3 to 5 times slower than the group's own 2-node bandwidth predicts).
 Worked example, H100 (NVLink 450 GB/s, 50 GB/s NIC per GPU, default profile), all-reduce of
 256 MiB over 16 GPUs on 2 nodes: two intra-node phases of 7 x 3 us + 7/8 x 256 MiB / 459 GB/s,
 then 2 x 15 us + 2 x 1/2 x 32 MiB / 45 GB/s across nodes: 1.82 ms, busbw 276 GB/s (tested).
@@ -26,7 +30,7 @@ then 2 x 15 us + 2 x 1/2 x 32 MiB / 45 GB/s across nodes: 1.82 ms, busbw 276 GB/
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .hardware import ClusterSpec
@@ -44,6 +48,11 @@ class Group:
     size: int                    # n ranks
     per_node: int                # k ranks of the group on each node it touches
     nodes: int                   # N nodes it spans
+    sharing: int = field(default=0, compare=False)   # nodes crossing the fabric at once (0: N)
+
+    @property
+    def fabric_nodes(self) -> int:
+        return self.sharing or self.nodes
 
     @property
     def crosses_nodes(self) -> bool:
@@ -71,7 +80,7 @@ def group(axes, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) 
     stride = math.prod(sizes[a] for a in inner)
     g = cluster.gpus_per_node
     per_node = min(n, max(1, g // stride))
-    return Group(n, per_node, math.ceil(n / per_node))
+    return Group(n, per_node, math.ceil(n / per_node), sharing=cluster.nodes)
 
 
 def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:
@@ -99,20 +108,20 @@ def collective_time(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, pr
     """Seconds for one collective of `nbytes` over `grp` (see the module docstring)."""
     if op not in _BUS_FACTOR:
         raise ConfigError(f"unknown collective {op!r}; choose one of {', '.join(_BUS_FACTOR)}")
-    n, k, N = grp.size, grp.per_node, grp.nodes
+    n, k, N, F = grp.size, grp.per_node, grp.nodes, grp.fabric_nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
     if N == 1:
         return _flat(op, nbytes, n, "intra", cluster, profile, 1, algo)
     if k == 1 or op in ("p2p", "broadcast"):
-        return _flat(op, nbytes, N if k == 1 else n, "inter", cluster, profile, N, algo)
+        return _flat(op, nbytes, N if k == 1 else n, "inter", cluster, profile, F, algo)
     if op == "all_to_all":
         alpha = (n - 1) * profile.latency_us["inter"] * 1e-6
-        over_nics = (n - k) / n * nbytes / _link("inter", cluster, profile, op, N)
+        over_nics = (n - k) / n * nbytes / _link("inter", cluster, profile, op, F)
         over_nvlink = (k - 1) / n * nbytes / _link("intra", cluster, profile, op, 1)
         return alpha + max(over_nics, over_nvlink)
     intra_op = {"all_reduce": ("reduce_scatter", "all_gather")}.get(op, (op,))
-    t = _flat(op, nbytes / k, N, "inter", cluster, profile, N, algo)
+    t = _flat(op, nbytes / k, N, "inter", cluster, profile, F, algo)
     for phase in intra_op:
         # An all-reduce's two intra-node phases run at the all-reduce's own efficiency (NVLink
         # SHARP does them in the switch); all-gather/reduce-scatter at theirs.

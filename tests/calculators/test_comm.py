@@ -59,3 +59,21 @@ def test_crossing_nodes_costs_more_and_the_fabric_cap_bites_with_node_count():
     # p2p between nodes runs at the NIC share, inside a node at NVLink
     assert collective_time("p2p", 64 * MiB, Group(2, 1, 2), cluster, PROF) > \
         4 * collective_time("p2p", 64 * MiB, Group(2, 2, 1), cluster, PROF)
+
+
+def test_concurrent_groups_share_the_fabric():
+    """Every TP group of a job runs its collective at the same moment: a 16-GPU group on 2 nodes
+    of a 32-node job gets the fabric's share of 32 nodes, not of 2; a non-blocking fabric
+    (fabric_gbps 0) makes no difference."""
+    from dataclasses import replace
+    capped = replace(PROF, fabric_gbps=400.0)
+    big = ClusterSpec(H100, nodes=32)
+    par = ParallelConfig(tp=16, dp=16, gbs=64)
+    g = group("tp", par, big)
+    assert (g.size, g.per_node, g.nodes, g.fabric_nodes) == (16, 8, 2, 32)
+    alone = collective_time("all_gather", 16 * MiB, Group(16, 8, 2), big, capped)
+    shared = collective_time("all_gather", 16 * MiB, g, big, capped)
+    assert shared > 1.5 * alone                              # the inter-node phase takes longer
+    assert collective_time("all_gather", 16 * MiB, g, big, PROF) == pytest.approx(
+        collective_time("all_gather", 16 * MiB, Group(16, 8, 2), big, PROF))
+    assert whole_cluster(big, 4).fabric_nodes == 4          # a benchmark on 4 nodes shares among 4

@@ -23,6 +23,16 @@ def test_bus_bandwidth_within_25_percent_with_one_fitted_knob():
     assert c.cells >= 25 and c.pick_ratio >= 0.80
 
 
+def test_pipeline_runs_before_nanotrons_fix_are_reported_apart():
+    """The data's README: compare PP runs within one value of after_pp_fix. The runs before the
+    fix ran several times slower than the model predicts; the scored runs are within tens of
+    percent (median; the 15% target is not met)."""
+    c = check()
+    runs, signed = c.before_fix
+    assert runs >= 400 and signed > 2.0
+    assert c.runs >= 1200 and c.median_error <= 0.40
+
+
 def test_script_prints_the_tables():
     out = subprocess.run([sys.executable, "-m", "validation.time"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Bus bandwidth" in out.stdout and "Picking" in out.stdout
