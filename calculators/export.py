@@ -26,8 +26,13 @@ def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
     """`model_ref`: how the harness names the model (a preset id or a config.json path)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {FORMATS}")
-    return {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
-            "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
+    text, notes = {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
+                   "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
+    if len(set(par.recompute_ranks)) > 1:
+        notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
+                     f"exported with the most, {par.recompute!r}, on every rank, which recomputes more than "
+                     f"planned (a slower step, same fit)")
+    return text, notes
 
 
 def _harness(model, cluster, par, model_ref):

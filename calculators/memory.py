@@ -12,7 +12,7 @@ and caching-allocator fragmentation (validation/memory.py shows the rule on meas
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from . import activations as act
 from .frameworks import bytes_per_param, retained_buffers
@@ -146,29 +146,34 @@ class _Context:
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
         T = act.tokens(par)
-        self.kinds = {}
-        for moe in model.layer_kinds:
-            dense, expert = kind_params(model, par, moe)
-            a = act.layer_activations(model, par, moe)
-            # One layer's gradients in backward (as large as its saved set); with full recompute also
-            # the layer being recomputed, whose input is already among the kept checkpoints.
-            working = a.total + (a.total - a.layer_input if par.recompute == "full" else 0.0)
-            self.kinds[moe] = (dense, expert, act.saved_per_layer(model, par, moe), working)
+        self.kinds = {}                  # (moe?, recompute mode) -> (dense, expert, saved, working)
+        for mode in set(par.recompute_ranks) | {par.recompute}:
+            mp = replace(par, recompute=mode, recompute_ranks=())
+            for moe in model.layer_kinds:
+                dense, expert = kind_params(model, par, moe)
+                a = act.layer_activations(model, mp, moe)
+                # One layer's gradients in backward (as large as its saved set); with full recompute
+                # also the layer being recomputed, whose input is already among the kept checkpoints.
+                working = a.total + (a.total - a.layer_input if mode == "full" else 0.0)
+                self.kinds[(moe, mode)] = (dense, expert, act.saved_per_layer(model, mp, moe), working)
+        params = {moe: sum(self.kinds[(moe, par.recompute)][:2]) for moe in model.layer_kinds}
         self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
-                                                  2 * max((sum(self.kinds[k][:2]) for k in present), default=0.0))
-                        for present in ((), (False,), (True,), (False, True)) if set(present) <= set(self.kinds)}
+                                                  2 * max((params[k] for k in present), default=0.0))
+                        for present in ((), (False,), (True,), (False, True)) if set(present) <= set(params)}
         self.output = act.output_layer_activations(model, par)
         self.head = model.vocab * model.hidden / par.tp
         self.last_rank = 0 if par.schedule == "dualpipe" else par.pp - 1   # DualPipeV: the V ends on rank 0
         self.statics: dict[tuple, tuple] = {}
 
-    def _static(self, first: bool, last: bool, n_layers: int, n_moe: int) -> tuple:
+    def _static(self, first: bool, last: bool, n_layers: int, n_moe: int, mode: str) -> tuple:
         """(bytes by role, params, saved activations per micro-batch, working set, buffers) of a
-        rank holding these layers; ranks alike share it, only their in-flight counts differ."""
+        rank holding these layers with this recompute; ranks alike share it, only their in-flight
+        counts differ."""
         model, par = self.model, self.par
         dense = expert = saved = working = 0.0
         present = []
-        for moe, (d, e, s, w) in self.kinds.items():
+        for moe in model.layer_kinds:
+            d, e, s, w = self.kinds[(moe, mode)]
             n = n_moe if moe else n_layers - n_moe
             if n:
                 dense, expert, saved = dense + n * d, expert + n * e, saved + n * s
@@ -186,7 +191,7 @@ class _Context:
     def _parts(self, rank: int, layers) -> tuple:
         par = self.par
         first, last = rank == 0, rank == self.last_rank
-        key = (first, last, len(layers), self.model.moe_layers_in(layers))
+        key = (first, last, len(layers), self.model.moe_layers_in(layers), par.rank_recompute(rank))
         if key not in self.statics:
             self.statics[key] = self._static(*key)
         role, params, saved, working, other = self.statics[key]
@@ -219,6 +224,7 @@ class PeakMemory:
     stage: int
     sum_gib: float               # over all pipeline ranks
     capacity_gib: float
+    totals: tuple = ()           # each pipeline rank's GiB
 
     @property
     def fits(self) -> bool:
@@ -231,7 +237,7 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> 
     ctx = _Context(model, par)
     totals = [ctx.total_gib(rank, layers) for rank, layers in enumerate(stage_layers(model, par))]
     worst = max(range(len(totals)), key=totals.__getitem__)
-    return PeakMemory(totals[worst], worst, sum(totals), cluster.gpu.memory_gib)
+    return PeakMemory(totals[worst], worst, sum(totals), cluster.gpu.memory_gib, tuple(totals))
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:

@@ -38,10 +38,12 @@ class ParallelConfig:
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
     split: tuple = ()            # layers held by each pipeline rank (first to last); () = even
+    recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
 
     def __post_init__(self):
-        if isinstance(self.split, list):
-            object.__setattr__(self, "split", tuple(self.split))
+        for key in ("split", "recompute_ranks"):
+            if isinstance(getattr(self, key), list):
+                object.__setattr__(self, key, tuple(getattr(self, key)))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if isinstance(self.tp, int) else 1)
         p: list[str] = []
@@ -56,9 +58,19 @@ class ParallelConfig:
         require(p, isinstance(self.split, tuple) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.split),
             f"parallel.split must list the layers of each pipeline rank, each >= 1 (got {self.split!r})")
+        require(p, isinstance(self.recompute_ranks, tuple) and all(r in RECOMPUTE for r in self.recompute_ranks),
+                f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank (got {self.recompute_ranks!r})")
+        require(p, not self.recompute_ranks or self.recompute == max(self.recompute_ranks, key=RECOMPUTE.index),
+                f"parallel.recompute must be the most recompute of recompute_ranks "
+                f"({max(self.recompute_ranks or ('none',), key=RECOMPUTE.index)!r}), the one a framework "
+                "that applies one setting everywhere would use")
         require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
+
+    def rank_recompute(self, rank: int) -> str:
+        """The recompute mode of pipeline rank `rank`."""
+        return self.recompute_ranks[rank] if self.recompute_ranks else self.recompute
 
     @property
     def world(self) -> int:
@@ -98,6 +110,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 f"split={list(par.split)} must give each of the pp={pp} ranks its layers, {model.layers} in all")
         require(p, v == 1 and par.schedule != "dualpipe",
                 "a non-uniform split needs one stage per rank (vpp=1, a schedule other than dualpipe)")
+    if par.recompute_ranks:
+        require(p, len(par.recompute_ranks) == pp,
+                f"recompute_ranks={list(par.recompute_ranks)} must give each of the pp={pp} ranks its mode")
     if v > 1:
         require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
         require(p, model.layers % (pp * v) == 0,

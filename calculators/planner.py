@@ -128,15 +128,18 @@ class _Search:
         self.uneven = bool(constraints.get("uneven_split", True))
         self.scored: list[tuple[float, ParallelConfig]] = []
         self.times: dict[ParallelConfig, float] = {}
+        self.memories: dict = {}            # par -> PeakMemory or the ConfigError it raised
         self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
         self.rejected: list[Rejected] = []
         self.count = 0
 
     def memory(self, par):
-        try:
-            return peak_memory(self.model, self.cluster, par)
-        except ConfigError as exc:
-            return exc
+        if par not in self.memories:
+            try:
+                self.memories[par] = peak_memory(self.model, self.cluster, par)
+            except ConfigError as exc:
+                self.memories[par] = exc
+        return self.memories[par]
 
     def score(self, par, fits: bool = True) -> float:
         if par not in self.times:
@@ -232,18 +235,39 @@ class _Search:
                             break
 
     def _least_recompute(self, par) -> bool:
-        """Score `par` with the least recompute that fits; False when even the most does not."""
+        """Score `par` with the least recompute that fits; False when even the most does not.
+        When that needs recompute on a pipeline, also score recompute per rank."""
         levels = self.space["recompute"]
         frugal = self._fitting(replace(par, recompute=levels[-1]))
         if frugal is None:
             return False
-        for level in levels[:-1]:
-            cand = self._fitting(replace(par, recompute=level))
-            if cand is not None:
-                self.scored.append((self.score(cand), cand))
-                return True
-        self.scored.append((self.score(frugal), frugal))
+        best = next((c for c in (self._fitting(replace(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
+        self.scored.append((self.score(best), best))
+        worth = par.pp > 1 and best.recompute != levels[0] and self.worth_rebalancing(best)
+        mixed = self._per_rank(par) if worth else None
+        if mixed is not None:
+            self.scored.append((self.score(mixed), mixed))
         return True
+
+    def _per_rank(self, par):
+        """Each pipeline rank with the least recompute that fits it (1F1B's first ranks hold more
+        micro-batches in flight than its last), then the layers rebalanced: a rank that
+        recomputes is slower per layer, so the split gives it fewer. None when one mode fits all."""
+        levels = self.space["recompute"]
+        mems = {lv: self.memory(replace(par, recompute=lv)) for lv in levels}     # computed by _fitting
+        if any(isinstance(m, ConfigError) for m in mems.values()):
+            return None
+        totals = {lv: m.totals for lv, m in mems.items()}
+        usable = USABLE_FRACTION * self.cluster.gpu.memory_gib
+        modes = [next((lv for lv in levels if totals[lv][r] <= usable), None) for r in range(par.pp)]
+        if None in modes or len(set(modes)) == 1:
+            return None
+        mixed = replace(par, recompute=max(modes, key=RECOMPUTE.index), recompute_ranks=tuple(modes))
+        if self.uneven and par.vpp == 1 and par.schedule != "dualpipe":
+            split = balance_split(self.model, self.cluster, mixed, self.profile, usable)
+            if split:
+                return replace(mixed, split=split)
+        return mixed
 
     def _fitting(self, par):
         """`par` (or `par` with an uneven split) if it fits; else None, with the reason recorded."""

@@ -28,22 +28,24 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
     finds, for each rank r and each count j of leading layers, the smallest possible slowest
     stage among ranks 0..r holding layers 0..j-1 (best[j] = min over n of max(best_prev[j-n],
     time of rank r with layers j-n..j-1), for every j at once with numpy). Stage time
-    and memory are affine in the layers a rank holds (per-layer cost of its kind plus the rank's
-    own: embedding, output layer, in-flight micro-batches), taken from step.py and memory.py.
+    and memory are affine in the layers a rank holds (per-layer cost of its kind at the rank's
+    recompute mode, plus the rank's own: embedding, output layer, in-flight micro-batches), taken
+    from step.py and memory.py; a rank that recomputes is slower per layer, so it gets fewer.
     """
     p, L = par.pp, model.layers
     even = replace(par, split=())
     costs = stage_costs(model, cluster, even, profile)
     kind = [model.is_moe_layer(i) for i in range(L)]
-    per_layer = np.array([sum(costs.layer[k]) for k in kind])
-    own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[list(costs.layers[r])].sum() for r in range(p)]
+    # a layer's cost on rank r, at r's recompute mode
+    per_layer = [np.array([sum(costs.layer[(k, par.rank_recompute(r))]) for k in kind]) for r in range(p)]
+    own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[r][list(costs.layers[r])].sum() for r in range(p)]
     fn = stage_memory_fn(model, even)
-    sample = {moe: kind.index(moe) for moe in costs.layer}
-    P = np.concatenate([[0.0], np.cumsum(per_layer)])
+    sample = {moe: kind.index(moe) for moe in model.layer_kinds}
     best = np.full(L + 1, math.inf)
     best[0] = 0.0
     start = np.zeros((p, L + 1), dtype=int)
     for r in range(p):
+        P = np.concatenate([[0.0], np.cumsum(per_layer[r])])
         one = {moe: fn(r, [k]).total_gib for moe, k in sample.items()}
         slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}
         room = usable_gib - max(one[moe] - slope[moe] for moe in sample)

@@ -21,7 +21,7 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from . import flops as fl
@@ -87,8 +87,8 @@ class StageCosts:
     b: tuple                     # backward-input (B = b + w), per stage
     w: tuple                     # backward-weight, per stage
     p2p: float                   # one activation send between two pipeline ranks
-    layer: dict                  # per layer kind (moe?): (forward, backward-input, backward-weight)
-    parts: dict                  # per layer kind: (LayerTime, {comm kind: (fwd, bwd, hidden)})
+    layer: dict                  # per (moe?, recompute mode): (forward, backward-input, backward-weight)
+    parts: dict                  # per (moe?, recompute mode): (LayerTime, {comm kind: (fwd, bwd, hidden)})
     layers: tuple                # layer indices per pipeline rank
 
 
@@ -97,23 +97,27 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     gpu, p = cluster.gpu, par.pp
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
-    kinds, parts = {}, {}
-    for moe in model.layer_kinds:
-        lt = layer_time(model, par, moe, gpu, profile)
-        comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
-        exp_f = sum(f * (1 - h) for f, _, h in comm.values())
-        exp_b = sum(b * (1 - h) for _, b, h in comm.values())
-        kinds[moe] = (lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight)
-        parts[moe] = (lt, comm)
+    kinds, parts = {}, {}                  # per (moe?, recompute mode)
+    for mode in set(par.recompute_ranks) | {par.recompute}:
+        mp = replace(par, recompute=mode, recompute_ranks=())
+        for moe in model.layer_kinds:
+            lt = layer_time(model, mp, moe, gpu, profile)
+            comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
+            exp_f = sum(f * (1 - h) for f, _, h in comm.values())
+            exp_b = sum(b * (1 - h) for _, b, h in comm.values())
+            kinds[(moe, mode)] = (lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight)
+            parts[(moe, mode)] = (lt, comm)
     layers = stage_layers(model, par)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
-    per_rank = {}                          # (dense layers, MoE layers) -> work per micro-batch
+    per_rank = {}                          # (dense layers, MoE layers, mode) -> work per micro-batch
     for r, rank_layers in enumerate(layers):
         n_moe = model.moe_layers_in(rank_layers)
-        key = (len(rank_layers) - n_moe, n_moe)
+        mode = par.rank_recompute(r)
+        key = (len(rank_layers) - n_moe, n_moe, mode)
         if key not in per_rank:
-            per_rank[key] = [sum((n_moe if moe else key[0]) * kinds[moe][i] for moe in kinds) for i in range(3)]
+            per_rank[key] = [sum((n_moe if moe else key[0]) * kinds[(moe, mode)][i] for moe in model.layer_kinds)
+                             for i in range(3)]
         work = per_rank[key]
         stages = stages_of_rank(par.schedule, p, v, r)
         for st in stages:                      # a rank's layers split evenly over its chunks
@@ -186,7 +190,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
-    per_kind = {moe: kind_params(model, par, moe) for moe in costs.layer}
+    per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
     for r, rank_layers in enumerate(layers):
         mine = stages_of_rank(par.schedule, p, v, r)
@@ -219,9 +223,12 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
     peak = gpu.bf16_tflops * 1e12
     mflops = fl.model_flops_per_token(model, par.seq)
-    hflops = fl.hardware_flops_per_token(model, par.seq, par.recompute)
+    # with recompute per rank, each rank's layers at its own mode
+    hflops = sum(len(rank_layers) * fl.hardware_flops_per_token(model, par.seq, par.rank_recompute(r))
+                 for r, rank_layers in enumerate(layers)) / model.layers
     busiest = max(range(p), key=lambda r: timeline.busy[r])
-    breakdown = _breakdown(parts, layers[busiest], model, m, timeline, tail_parts)
+    breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
+                           layers[busiest], model, m, timeline, tail_parts)
     return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
                         hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
                         bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)

@@ -8,7 +8,8 @@ from calculators.frameworks import bytes_per_param
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.memory import GIB, estimate_memory, stage_layers
 from calculators.models import ModelSpec, MoESpec
-from calculators.parallel import ParallelConfig
+from calculators.errors import ConfigError
+from calculators.parallel import RECOMPUTE, ParallelConfig
 from calculators.presets import model_from_name
 from tests.calculators.reference_block import ReferenceLayer
 
@@ -165,3 +166,29 @@ def test_dualpipe_keeps_both_ends_on_rank_zero():
     # the output layer's weights sit with the embedding on rank 0 in DualPipeV's V
     assert dual.stages[0].params > dual.stages[3].params
     assert one.stages[3].params > one.stages[1].params
+
+
+def test_recompute_per_rank_gives_each_stage_its_own_mode():
+    """recompute_ranks: each pipeline rank's memory and time are those of the layout with its
+    mode everywhere; the first ranks of 1F1B, which hold the most micro-batches, can recompute
+    alone."""
+    from dataclasses import replace
+    from calculators.step import estimate_step, rank_busy, stage_costs
+    from calculators.profiles import default_profile
+    model = model_from_name("llama3-70b")
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=4)
+    base = ParallelConfig(tp=8, pp=4, dp=1, sp=True, gbs=32, seq=8192, zero=1)
+    mixed = replace(base, recompute="full", recompute_ranks=("full", "selective", "none", "none"))
+    per_mode = {m: estimate_memory(model, cluster, replace(base, recompute=m)).stages for m in RECOMPUTE}
+    got = estimate_memory(model, cluster, mixed).stages
+    prof = default_profile("H100-80GB")
+    busy = {m: rank_busy("1f1b", 4, 1, stage_costs(model, cluster, replace(base, recompute=m), prof)) for m in RECOMPUTE}
+    mixed_busy = rank_busy("1f1b", 4, 1, stage_costs(model, cluster, mixed, prof))
+    for r, mode in enumerate(mixed.recompute_ranks):
+        assert got[r].total_gib == pytest.approx(per_mode[mode][r].total_gib)
+        assert mixed_busy[r] == pytest.approx(busy[mode][r])
+    full = estimate_step(model, cluster, replace(base, recompute="full"))
+    step = estimate_step(model, cluster, mixed)
+    assert step.hfu < full.hfu and step.time_s <= full.time_s * 1.0001
+    with pytest.raises(ConfigError, match="each of the pp=4 ranks"):
+        estimate_memory(model, cluster, replace(mixed, recompute_ranks=("full", "none")))

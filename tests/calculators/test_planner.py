@@ -169,3 +169,21 @@ def test_sharding_milp_matches_the_exact_chain_optimum_and_puts_tp_on_the_fast_l
     for op, (slow, fast) in zip(sol.ops, sol.strategies):
         if not op.attention:
             assert slow == "T" and fast in ("K", "N"), (op.name, slow, fast)
+
+
+def test_recompute_per_rank_when_only_the_first_stages_need_it():
+    """Llama 3 70B, seq 16k, tp 8 on 4 nodes: 1F1B's first ranks hold more micro-batches in
+    flight, so they alone recompute, hold fewer layers, and the step beats every plan with one
+    recompute mode everywhere. The export says the frameworks cannot express it."""
+    model, cluster = model_from_name("llama3-70b"), ClusterSpec(H100, nodes=4)
+    result = plan(model, cluster, seq=16384, gbs=64, constraints={"tp": 8, "cp": 1})
+    _assert_valid(model, cluster, result)
+    best = result.plans[0]
+    modes = best.par.recompute_ranks
+    assert modes and modes[0] == "full" and modes[-1] == "none" and best.par.recompute == "full"
+    assert best.par.split[0] < best.par.split[-1]                  # the recomputing ranks hold fewer layers
+    uniform = [p for p in result.plans if not p.par.recompute_ranks]
+    assert uniform and best.step.time_s < uniform[0].step.time_s
+    assert "recompute=full/" in best.label()
+    _, notes = export("megatron", model, cluster, best.par)
+    assert any("per pipeline rank" in n for n in notes)
