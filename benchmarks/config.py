@@ -61,6 +61,7 @@ class RunSpec:
     schedule: str = "1f1b"
     precision: str = "bf16"      # bf16 (autocast / FSDP2 mixed precision) | fp32 (CPU checks) | fp8
     split: tuple = ()            # layers per pipeline rank
+    recompute_ranks: tuple = ()  # recompute per pipeline rank, e.g. full,none (then recompute is their most)
     steps: int = 5               # timed steps
     warmup: int = 2
     optimizer: str = "adamw"     # adamw | sgd (sgd is scale-sensitive: the loss-equivalence tests use it)
@@ -74,9 +75,22 @@ class RunSpec:
         if isinstance(self.split, (list, str)):
             split = self.split.split(",") if isinstance(self.split, str) else self.split
             object.__setattr__(self, "split", tuple(int(x) for x in split if str(x).strip()))
+        if isinstance(self.recompute_ranks, (list, str)):
+            modes = self.recompute_ranks.split(",") if isinstance(self.recompute_ranks, str) else self.recompute_ranks
+            object.__setattr__(self, "recompute_ranks", tuple(str(m).strip() for m in modes if str(m).strip()))
         p = []
         if self.recompute not in RECOMPUTE:
             p.append(f"recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
+        if any(m not in RECOMPUTE for m in self.recompute_ranks):
+            p.append(f"recompute-ranks must list one of {RECOMPUTE} per pipeline rank (got {list(self.recompute_ranks)})")
+        elif self.recompute_ranks:
+            most = max(self.recompute_ranks, key=RECOMPUTE.index)
+            if self.recompute not in ("none", most):
+                p.append(f"recompute={self.recompute!r} disagrees with recompute-ranks, whose most is {most!r}: "
+                         "drop --recompute")
+            object.__setattr__(self, "recompute", most)
+            if len(self.recompute_ranks) != self.pp:
+                p.append(f"recompute-ranks lists {len(self.recompute_ranks)} modes for pp={self.pp} ranks")
         if self.schedule not in SCHEDULES:
             p.append(f"schedule must be one of {SCHEDULES} (got {self.schedule!r})")
         if self.precision not in ("bf16", "fp32", "fp8"):
@@ -101,8 +115,12 @@ class RunSpec:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["split"] = list(self.split)
+        d["split"], d["recompute_ranks"] = list(self.split), list(self.recompute_ranks)
         return d
+
+    def for_rank(self, pp_rank: int) -> "RunSpec":
+        """This run as pipeline rank `pp_rank` builds its stages: its own recompute mode."""
+        return replace(self, recompute=self.recompute_ranks[pp_rank], recompute_ranks=()) if self.recompute_ranks else self
 
     def spec(self) -> ModelSpec:
         return resolve_model(self.model)
@@ -120,7 +138,8 @@ class RunSpec:
                               sp=self.sp and self.tp > 1, mbs=self.mbs, gbs=self.gbs, seq=self.seq,
                               recompute=self.recompute, schedule=self.schedule,
                               precision="fp8" if self.precision == "fp8" else "bf16",
-                              framework="fsdp2", split=self.split or self._v_split())
+                              framework="fsdp2", split=self.split or self._v_split(),
+                              recompute_ranks=self.recompute_ranks)
 
     def _v_split(self) -> tuple:
         """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)
@@ -141,6 +160,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
             ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         elif f.name == "split":
             ap.add_argument(flag, default="", help="layers per pipeline rank, e.g. 9,8,8,7")
+        elif f.name == "recompute_ranks":
+            ap.add_argument(flag, default="", help="recompute per pipeline rank, e.g. full,full,none,none")
         else:
             kind = {"int": int, "float": float}.get(f.type if isinstance(f.type, str) else f.type.__name__, str)
             ap.add_argument(flag, type=kind, default=f.default)

@@ -28,6 +28,7 @@ TRAIN = {   # name -> the layout on top of BASE
     "pp-zb": {"pp": 2, "schedule": "zb"},
     "pp-dualpipe": {"pp": 2, "schedule": "dualpipe"},
     "pp-1f1b-uneven": {"pp": 2, "schedule": "1f1b", "split": [3, 1]},
+    "pp-recompute-ranks": {"pp": 2, "schedule": "1f1b", "split": [1, 3], "recompute_ranks": ["full", "none"]},
     "fsdp2-full-recompute": {"zero": 3, "recompute": "full"},
     "ddp-selective-recompute": {"zero": 0, "recompute": "selective", "mbs": 2},
     "moe-fsdp2": {"zero": 3, "model": "tiny-moe"},

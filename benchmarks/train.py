@@ -98,7 +98,8 @@ class Trainer:
             pipeline.check(run, spec.layers, par.microbatches, par.pp)
             ids = pipeline.stage_ids(p_rank, par.pp, run.schedule, run.vpp)
             split = pipeline.stage_layers(spec.layers, n_stages, run.split)
-            self.parts = [_part(spec, run, device, self.mesh, self.dp_mesh, i, n_stages, split[i]) for i in ids]
+            mine = run.for_rank(p_rank)
+            self.parts = [_part(spec, mine, device, self.mesh, self.dp_mesh, i, n_stages, split[i]) for i in ids]
             self.schedule = pipeline.build_schedule(self.parts, ids, n_stages, self.mesh["pp"].get_group(), device,
                                                     run.schedule, par.microbatches, loss_fn)
             self.has_first = 0 in ids

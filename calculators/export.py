@@ -28,7 +28,7 @@ def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
         raise ValueError(f"unknown export format {fmt!r}; choose one of {FORMATS}")
     text, notes = {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
                    "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
-    if len(set(par.recompute_ranks)) > 1:
+    if len(set(par.recompute_ranks)) > 1 and fmt != "harness":
         notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
                      f"exported with the most, {par.recompute!r}, on every rank, which recomputes more than "
                      f"planned (a slower step, same fit)")
@@ -45,6 +45,8 @@ def _harness(model, cluster, par, model_ref):
     args += [f"--recompute {par.recompute}", f"--schedule {par.schedule}", f"--precision {par.precision}"]
     if par.split:
         args.append("--split " + ",".join(map(str, par.split)))
+    if len(set(par.recompute_ranks)) > 1:
+        args.append("--recompute-ranks " + ",".join(par.recompute_ranks))
     return " \\\n    ".join(args), []
 
 

@@ -32,7 +32,7 @@ def _scenario(run) -> dict:
     model = dataclasses.asdict(run.model)
     model.pop("source")
     par = dataclasses.asdict(run.par)
-    par["split"] = list(par["split"])
+    par["split"], par["recompute_ranks"] = list(par["split"]), list(par["recompute_ranks"])
     return {"model": model, "hardware": {"gpu": "H100-80GB", "nodes": run.cluster.nodes,
                                          "gpus_per_node": run.cluster.gpus_per_node}, "parallel": par}
 

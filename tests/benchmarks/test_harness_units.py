@@ -87,3 +87,14 @@ def test_prediction_counts_the_layers_each_rank_runs(schedule, vpp, layers, pp):
     stages = pipeline.stage_layers(layers, pp * n)
     harness = [sum(len(stages[s]) for s in pipeline.stage_ids(r, pp, schedule, vpp)) for r in range(pp)]
     assert [len(x) for x in predicted(spec, run.parallel(pp))] == harness
+
+
+def test_recompute_per_rank_from_the_command_line():
+    run = RunSpec(model="tiny", pp=2, recompute_ranks="full,none", mbs=1, gbs=8, seq=32)
+    assert run.recompute == "full" and run.recompute_ranks == ("full", "none")
+    assert run.for_rank(0).recompute == "full" and run.for_rank(1).recompute == "none"
+    assert run.parallel(2).recompute_ranks == ("full", "none")
+    with pytest.raises(ConfigError, match="2 modes for pp=4"):
+        RunSpec(model="tiny", pp=4, recompute_ranks="full,none")
+    with pytest.raises(ConfigError, match="disagrees"):
+        RunSpec(model="tiny", pp=2, recompute="selective", recompute_ranks="full,none")
