@@ -12,7 +12,7 @@ and caching-allocator fragmentation (validation/memory.py shows the rule on meas
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from . import activations as act
 from .frameworks import bytes_per_param, retained_buffers
@@ -146,19 +146,17 @@ class _Context:
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
         T = act.tokens(par)
+        params = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}   # (dense, expert)
         self.kinds = {}                  # (moe?, recompute mode) -> (dense, expert, saved, working)
-        for mode in set(par.recompute_ranks) | {par.recompute}:
-            mp = replace(par, recompute=mode, recompute_ranks=())
-            for moe in model.layer_kinds:
-                dense, expert = kind_params(model, par, moe)
+        for mode, mp in par.by_recompute().items():
+            for moe, (dense, expert) in params.items():
                 a = act.layer_activations(model, mp, moe)
                 # One layer's gradients in backward (as large as its saved set); with full recompute
                 # also the layer being recomputed, whose input is already among the kept checkpoints.
                 working = a.total + (a.total - a.layer_input if mode == "full" else 0.0)
                 self.kinds[(moe, mode)] = (dense, expert, act.saved_per_layer(model, mp, moe), working)
-        params = {moe: sum(self.kinds[(moe, par.recompute)][:2]) for moe in model.layer_kinds}
         self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
-                                                  2 * max((params[k] for k in present), default=0.0))
+                                                  2 * max((sum(params[k]) for k in present), default=0.0))
                         for present in ((), (False,), (True,), (False, True)) if set(present) <= set(params)}
         self.output = act.output_layer_activations(model, par)
         self.head = model.vocab * model.hidden / par.tp

@@ -6,7 +6,7 @@ to change), and returns warnings for layouts that run but are probably not what 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import ConfigError, require
 from .hardware import ClusterSpec
@@ -58,12 +58,13 @@ class ParallelConfig:
         require(p, isinstance(self.split, tuple) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.split),
             f"parallel.split must list the layers of each pipeline rank, each >= 1 (got {self.split!r})")
-        require(p, isinstance(self.recompute_ranks, tuple) and all(r in RECOMPUTE for r in self.recompute_ranks),
+        modes_ok = isinstance(self.recompute_ranks, tuple) and all(r in RECOMPUTE for r in self.recompute_ranks)
+        require(p, modes_ok,
                 f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank (got {self.recompute_ranks!r})")
-        require(p, not self.recompute_ranks or self.recompute == max(self.recompute_ranks, key=RECOMPUTE.index),
-                f"parallel.recompute must be the most recompute of recompute_ranks "
-                f"({max(self.recompute_ranks or ('none',), key=RECOMPUTE.index)!r}), the one a framework "
-                "that applies one setting everywhere would use")
+        if modes_ok and self.recompute_ranks:
+            most = max(self.recompute_ranks, key=RECOMPUTE.index)
+            require(p, self.recompute == most, f"parallel.recompute must be the most recompute of recompute_ranks "
+                    f"({most!r}), the one a framework that applies one setting everywhere would use")
         require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
@@ -71,6 +72,12 @@ class ParallelConfig:
     def rank_recompute(self, rank: int) -> str:
         """The recompute mode of pipeline rank `rank`."""
         return self.recompute_ranks[rank] if self.recompute_ranks else self.recompute
+
+    def by_recompute(self) -> dict:
+        """{mode: this layout with that mode on every rank} for every mode some rank uses: the
+        per-layer costs that memory and time look up by a rank's mode."""
+        return {mode: replace(self, recompute=mode, recompute_ranks=())
+                for mode in set(self.recompute_ranks) | {self.recompute}}
 
     @property
     def world(self) -> int:

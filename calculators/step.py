@@ -21,7 +21,7 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from . import flops as fl
@@ -98,8 +98,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
-    for mode in set(par.recompute_ranks) | {par.recompute}:
-        mp = replace(par, recompute=mode, recompute_ranks=())
+    for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
             comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
