@@ -9,7 +9,8 @@ from .parallel import ParallelConfig
 from .step import StepEstimate, estimate_step
 
 TIMED_REJECTS = 400              # out-of-memory candidates timed to find the most tempting ones
-LABELS = {"compute": "compute", "recompute": "recomputation", "tp_exposed": "exposed TP communication",
+LABELS = {"compute": "compute", "recompute": "recomputation",
+          "host_bound": "GPU waiting for the host to launch work", "tp_exposed": "exposed TP communication",
           "cp_exposed": "exposed CP communication", "ep_exposed": "exposed EP all-to-all",
           "other": "embedding, output layer and pipeline sends", "bubble": "pipeline bubble",
           "dp_exposed": "exposed data-parallel sync", "optimizer": "optimizer step"}

@@ -5,6 +5,10 @@
          + exposed data-parallel gradient sync (overlapped with the last micro-batch's backward)
          + optimizer step + ZeRO-1/2's parameter all-gather after it
 
+Each layer's forward and backward take at least the host's time to issue them
+(profile.host_ms_per_layer: eager frameworks' Python, autograd and launches); the GPU's wait for
+the host is its own entry in the breakdown ("host_bound").
+
 Communication kinds and what hides them (profile.overlap gives the hidden fraction):
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
   and twice backward; without SP: all-reduce) sits on the critical path unless async TP hides it.
@@ -80,6 +84,18 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
     return out
 
 
+def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: bool = False):
+    """A layer's (F, B, W) per micro-batch with the host's issue time as their floor, and the time
+    the GPU waits for the host. The host issues a third of profile.host_ms_per_layer in the
+    forward and two thirds in the backward (I and W share it by their GPU time); a full recompute
+    issues the forward again inside the backward."""
+    host = profile.host_ms_per_layer * 1e-3
+    hf, hb = host / 3, 2 * host / 3 + (host / 3 if refwd else 0.0)
+    f2 = max(f, hf)
+    scale = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
+    return (f2, b * scale, w * scale), (f2 - f) + (b + w) * (scale - 1)
+
+
 @dataclass(frozen=True)
 class StageCosts:
     """Per-micro-batch cost of every pipeline stage, with exposed TP/CP/EP communication inside."""
@@ -88,7 +104,8 @@ class StageCosts:
     w: tuple                     # backward-weight, per stage
     p2p: float                   # one activation send between two pipeline ranks
     layer: dict                  # per (moe?, recompute mode): (forward, backward-input, backward-weight)
-    parts: dict                  # per (moe?, recompute mode): (LayerTime, {comm kind: (fwd, bwd, hidden)})
+    parts: dict                  # per (moe?, recompute mode): (LayerTime, {comm kind: (fwd, bwd, hidden)},
+                                 #   seconds the GPU waits for the host)
     layers: tuple                # layer indices per pipeline rank
 
 
@@ -104,8 +121,9 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
             exp_f = sum(f * (1 - h) for f, _, h in comm.values())
             exp_b = sum(b * (1 - h) for _, b, h in comm.values())
-            kinds[(moe, mode)] = (lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight)
-            parts[(moe, mode)] = (lt, comm)
+            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
+                                                   lt.backward_weight, profile, mp.recompute == "full")
+            parts[(moe, mode)] = (lt, comm, waits)
     layers = stage_layers(model, par)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
@@ -261,11 +279,12 @@ def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g
 
 def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
     n_moe = model.moe_layers_in(rank_layers)
-    out, hidden_s = {"compute": 0.0, "recompute": 0.0}, {}
-    for moe, (lt, comm) in parts.items():
+    out, hidden_s = {"compute": 0.0, "recompute": 0.0, "host_bound": 0.0}, {}
+    for moe, (lt, comm, waits) in parts.items():
         n = m * (n_moe if moe else len(rank_layers) - n_moe)
         out["compute"] += n * (lt.total - lt.recompute)
         out["recompute"] += n * lt.recompute
+        out["host_bound"] += n * waits
         for kind, (fw, bw, hidden) in comm.items():
             out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw + bw) * (1 - hidden)
             hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw + bw) * hidden

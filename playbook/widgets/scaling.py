@@ -33,6 +33,7 @@ def dp_compute(v: dict):
             s = estimate_step(m, cluster, par)
             b = s.breakdown
             rows.append({"compute": b.get("compute", 0) + b.get("recompute", 0),
+                         "waiting for the host": b.get("host_bound", 0),
                          "DP sync exposed": b.get("dp_exposed", 0), "DP sync hidden": b.get("dp_hidden", 0),
                          "tokens/s/GPU": s.tokens_per_s_per_gpu})
             xs.append(dp)
@@ -61,7 +62,8 @@ def tp_compute(v: dict):
         except ConfigError:                 # tp not dividing the heads: not a point of the curve
             continue
         b = s.breakdown
-        rows.append({"compute": b.get("compute", 0) + b.get("recompute", 0), "TP exposed": b.get("tp_exposed", 0),
+        rows.append({"compute": b.get("compute", 0) + b.get("recompute", 0),
+                     "waiting for the host": b.get("host_bound", 0), "TP exposed": b.get("tp_exposed", 0),
                      "tokens/s/GPU": s.tokens_per_s_per_gpu, "memory GiB": mem.total_gib})
         xs.append(tp)
     if not xs:

@@ -118,3 +118,25 @@ def test_moe_dense_gradients_reduce_over_all_data_ranks():
 def test_zero3_gathers_are_shown_even_when_hidden():
     b = _step(dp=8, zero=3).breakdown
     assert b["dp_exposed"] + b["dp_hidden"] > _step(dp=8, zero=1).breakdown["dp_hidden"] > 0
+
+
+def test_small_microbatches_on_wide_tp_are_host_bound():
+    """A layer's forward and backward cannot finish before the host has issued them: at tp 8 and
+    mbs 1 the 8B model's GPU work per layer is under profile.host_ms_per_layer, so the step costs
+    at least layers x host per micro-batch, the wait is its own breakdown entry, and a larger
+    micro-batch gets the GPU's speed back; without the floor the wait vanishes."""
+    m = 32
+    host = PROF.host_ms_per_layer * 1e-3
+    small = _step(tp=8, sp=True, mbs=1, gbs=m)
+    assert small.time_s >= m * L8B.layers * host
+    assert small.breakdown["host_bound"] > 0.1 * small.time_s
+    big = _step(tp=8, sp=True, mbs=8, gbs=8 * m)
+    assert big.breakdown["host_bound"] == 0
+    assert big.tokens_per_s_per_gpu > 1.3 * small.tokens_per_s_per_gpu
+    par = ParallelConfig(tp=8, sp=True, mbs=1, gbs=m, seq=4096)
+    free = estimate_step(L8B, ClusterSpec(H100, nodes=1), par, replace(PROF, host_ms_per_layer=0.0))
+    assert free.breakdown["host_bound"] == 0 and free.time_s < small.time_s
+    shown = sum(v for k, v in small.breakdown.items() if not k.endswith("_hidden"))
+    assert shown == pytest.approx(small.time_s)
+    with pytest.raises(ConfigError, match="host_ms_per_layer"):
+        profile_from_dict({"host_ms_per_layer": -1})
