@@ -7,7 +7,11 @@ What is fitted, from which rows (status ok, measured on the given GPU):
   rate = peak x gemm_fraction x d / (d + gemm_half_dim), d the smallest GEMM dimension, by least
   squares on the log of the rate (a grid over gemm_half_dim, the best fraction in closed form);
 - collectives rows: each collective's intra-node bus-bandwidth efficiency and the fabric limit
-  (calculators/calibrate.py, fit_network).
+  (calculators/calibrate.py, fit_network);
+- train rows on one node (the network not in question): `host_ms_per_layer`, the host's time to
+  issue a layer's forward and backward, by least squares on the log of the step time over a grid
+  (coarse, then fine around the best), with the GEMM curve above already in place. Only runs
+  whose GPU work per layer is under the host's time inform it (small micro-batches, wide TP).
 Everything else keeps the GPU's default profile; the profile's source says what was fitted.
 """
 from __future__ import annotations
@@ -20,7 +24,10 @@ import numpy as np
 from calculators.calibrate import fit_network
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.parallel import check_layout
 from calculators.profiles import HardwareProfile, default_profile, save_profile
+from calculators.scenario import parse
+from calculators.step import estimate_step
 
 from . import results
 
@@ -48,6 +55,41 @@ def fit_gemm(profile: HardwareProfile, peak_tflops: float, rows) -> HardwareProf
     return replace(profile, gemm_fraction=min(1.5, frac), gemm_half_dim=float(half))
 
 
+def fit_host(profile: HardwareProfile, runs) -> HardwareProfile:
+    """runs: (model, cluster, par, measured step seconds) on one node."""
+    runs = [r for r in runs if r[3] > 0]
+    if not runs:
+        return profile
+    measured = np.log([r[3] for r in runs])
+
+    def loss(host_ms: float) -> float:
+        trial = replace(profile, host_ms_per_layer=float(host_ms))
+        pred = np.log([estimate_step(m, c, p, trial, pipeline="closed").time_s for m, c, p, _ in runs])
+        return float(np.sum((pred - measured) ** 2))
+
+    best = min(np.arange(0.0, 20.01, 1.0), key=loss)
+    best = min(np.arange(max(0.0, best - 1.0), best + 1.001, 0.1), key=loss)
+    return replace(profile, host_ms_per_layer=round(float(best), 2))
+
+
+def _train_runs(rows, gpu_name: str) -> list:
+    """One-node train rows measured on this GPU as (model, cluster, par, step seconds); a row
+    whose scenario the calculators refuse is left out."""
+    out = []
+    for r in rows:
+        if r["suite"] != "train" or r["status"] != "ok" or not r["metrics"].get("step_time_s"):
+            continue
+        scenario = r["config"].get("scenario", r["config"])
+        try:
+            model, cluster, par = parse({k: scenario[k] for k in ("model", "hardware", "parallel")})
+            check_layout(model, cluster, par)
+        except (ConfigError, KeyError, TypeError):
+            continue
+        if cluster.nodes == 1 and cluster.gpu.name == gpu_name:
+            out.append((model, cluster, par, float(r["metrics"]["step_time_s"])))
+    return out
+
+
 def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
     gpu = gpu_from_name(gpu_name)
     base = default_profile(gpu_name)
@@ -65,9 +107,15 @@ def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
         nodes = max(c[1] for c in colls)
         prof = fit_network(prof, ClusterSpec(gpu, nodes=nodes), colls)
         notes.append(f"network from {len(colls)} collectives on up to {nodes} node(s): fabric_gbps {prof.fabric_gbps:.0f}")
+    train = _train_runs(rows, gpu_name)
+    if train:
+        prof = fit_host(prof, train)
+        notes.append(f"host time from {len(train)} one-node training runs: host_ms_per_layer "
+                     f"{prof.host_ms_per_layer:.2f}")
     if not notes:
-        raise ConfigError("no ok bf16 gemm or collectives rows to fit: run `python -m benchmarks gemm` "
-                          "and `torchrun ... -m benchmarks collectives` on the GPUs first")
+        raise ConfigError("no ok bf16 gemm, collectives or one-node train rows to fit: run `python -m benchmarks "
+                          "gemm`, `torchrun ... -m benchmarks collectives` and `torchrun ... -m benchmarks train` "
+                          "on the GPUs first")
     prof = replace(prof, name=f"{gpu_name}-calibrated", source=f"{base.source}; calibrated: " + "; ".join(notes))
     return prof, notes
 

@@ -19,6 +19,8 @@ for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's l
 """
 from __future__ import annotations
 
+import math
+
 ROLES = ("weights", "grads", "master", "optimizer")
 
 
@@ -59,3 +61,42 @@ def retained_buffers(framework: str, zero: int, tokens_x_hidden: float, layer_pa
     if framework == "deepspeed" and zero in (1, 2):
         return 2 * 5e8 * 2
     return 0.0
+
+
+def grad_bucket_bytes(framework: str, zero: int, dp: int, grad_bytes: int) -> float:
+    """Bytes of gradients the framework reduces in one collective (ZeRO 0 to 2). Each bucket pays
+    its collective's latency, so a large model's sync on many ranks costs far more than one
+    collective of the same bytes.
+
+    - nanotron: 25 MB DDP buckets (the Ultra-Scale Playbook runs' setting);
+    - fsdp2 at ZeRO 0/1: PyTorch DDP's default bucket_cap_mb, 25 MB;
+    - megatron: max(40M, 1M x dp) parameters per bucket (its DistributedDataParallelConfig);
+    - deepspeed: reduce_bucket_size, 5e8 elements;
+    - fsdp2 at ZeRO 2: one reduce-scatter per layer; left to the caller (0 here: no bucketing).
+    """
+    if framework == "megatron":
+        return max(40e6, 1e6 * dp) * grad_bytes
+    if framework == "deepspeed":
+        return 5e8 * grad_bytes
+    if framework == "fsdp2" and zero >= 2:
+        return 0.0
+    return 25e6
+
+
+def param_gather_count(framework: str, zero: int, dp: int, params: float, tensors: int) -> int:
+    """How many all-gathers bring the updated weights back after a ZeRO-1/2 step (each pays its
+    collective's latency).
+
+    - nanotron: one per parameter tensor (its ZeroDistributedOptimizer shards every tensor over
+      the DP ranks and gathers them as a coalesced list after the step);
+    - megatron: one per gradient bucket (the distributed optimizer gathers bucket by bucket);
+    - deepspeed: allgather_bucket_size, 5e8 elements;
+    - fsdp2: one per layer at ZeRO 2 (its reduce-scatter unit), else one.
+    """
+    if framework == "nanotron":
+        return max(1, tensors)
+    if framework == "megatron":
+        return max(1, math.ceil(params / max(40e6, 1e6 * dp)))
+    if framework == "deepspeed":
+        return max(1, math.ceil(params / 5e8))
+    return 1

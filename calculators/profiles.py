@@ -17,10 +17,12 @@ Knobs:
 - host: an eager framework's CPU (Python, autograd, kernel launches) needs `host_ms_per_layer` to
   issue one transformer layer's forward and backward for one micro-batch, whatever its size; the
   GPU cannot finish a layer sooner (a third of it bounds the forward, two thirds the backward).
-  It is why small micro-batches on wide TP run far below the GEMM roofline. Default 4.4 ms: the
-  one-node nanotron runs whose GPU work per layer is well under it (TP 2 to 8, mbs 1, pp 1) ran
-  4.4 to 4.6 ms per layer per micro-batch for the 1.34B, 3.57B and 8.86B models alike (16 to 32
-  layers, hidden 2,048 to 4,096), so it is the framework's host cost, not the GPU's work.
+  It is why small micro-batches on wide TP run far below the GEMM roofline. Default 4.5 ms: what
+  `python -m benchmarks calibrate` fits to the 68 one-node nanotron runs bundled in
+  benchmarks/results; read off directly, the runs whose GPU work per layer is well under it (TP
+  2 to 8, mbs 1, pp 1) ran 4.4 to 4.6 ms per layer per micro-batch for the 1.34B, 3.57B and
+  8.86B models alike (16 to 32 layers, hidden 2,048 to 4,096): the framework's host cost, not
+  the GPU's work.
   Captured or compiled graphs (CUDA graphs, torch.compile) lower it; 0 turns it off.
 - collectives: per tier ("intra" = NVLink inside a node, "inter" = the GPU's share of the node's
   NICs), a per-step latency and the bus bandwidth each collective reaches as a fraction of the
@@ -64,7 +66,7 @@ class HardwareProfile:
     attention_fraction: float = 0.30     # FlashAttention-2 fwd+bwd on H100, bf16, head dim 128
     hbm_fraction: float = 0.80           # achievable share of HBM bandwidth for streaming kernels
     kernel_us: float = 10.0              # minimum time of one eager kernel (launch + tail)
-    host_ms_per_layer: float = 4.4       # CPU time to issue one layer's forward + backward (eager)
+    host_ms_per_layer: float = 4.5       # CPU time to issue one layer's forward + backward (eager)
     latency_us: dict = field(default_factory=lambda: {"intra": 3.0, "inter": 15.0})   # per ring step
     efficiency: dict = field(default_factory=lambda: {t: dict(v) for t, v in _H100_EFFICIENCY.items()})
     fabric_gbps: float = 0.0             # 0: non-blocking fabric
@@ -135,8 +137,8 @@ _H100 = HardwareProfile(
     source="GEMM and attention: FlashAttention-3 paper (Shah et al. 2024) measures FlashAttention-2 "
            "at 35-40% of the H100 peak forward and less backward, cuBLAS bf16 GEMMs near 70%; the "
            "compute knobs were then checked against the 68 one-node nanotron runs (validation/time.py), "
-           "so they describe eager PyTorch on H100 SXM; host_ms_per_layer: the one-node nanotron runs "
-           "at mbs 1, TP 2 to 8 (see the Knobs above); collectives: _H100_EFFICIENCY",
+           "so they describe eager PyTorch on H100 SXM; host_ms_per_layer: fitted to the one-node "
+           "nanotron runs by benchmarks/calibrate.py; collectives: _H100_EFFICIENCY",
 )
 
 PROFILES: dict[str, HardwareProfile] = {

@@ -15,9 +15,11 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - EP: token dispatch and combine all-to-all, twice forward and twice backward per MoE layer;
   DualPipe hides it behind the paired micro-batch's compute.
-- DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), bucketed and
-  overlapped with backward; ZeRO-3 all-gathers weights before each layer's forward and backward
-  and reduce-scatters gradients, every micro-batch, prefetched behind compute.
+- DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
+  framework's buckets (each paying its latency) and overlapped with backward; ZeRO-1/2 then
+  gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
+  all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
+  every micro-batch, prefetched behind compute.
 - PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary.
 
 MFU counts model FLOPs (flops.py, causal attention counted as half the square) against the
@@ -25,6 +27,7 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -32,6 +35,7 @@ from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
+from .frameworks import grad_bucket_bytes, param_gather_count
 from .hardware import ClusterSpec
 from .memory import kind_params, stage_layers
 from .models import ModelSpec
@@ -208,6 +212,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
+    per_tensors = {moe: _layer_tensors(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
     for r, rank_layers in enumerate(layers):
         mine = stages_of_rank(par.schedule, p, v, r)
@@ -219,15 +224,18 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             continue
         seen.add(signature)
         dense = expert = 0.0
+        tensors = [0, 0]                 # parameter tensors (dense, expert): ZeRO gathers may go one by one
         for moe, (d, e) in per_kind.items():
             n = n_moe if moe else len(rank_layers) - n_moe
             dense, expert = dense + n * d, expert + n * e
-        if 0 in mine:
-            dense += model.vocab * model.hidden / par.tp
-        if S - 1 in mine and (not model.tied_embeddings or p > 1):
-            dense += model.vocab * model.hidden / par.tp
+            tensors[0] += n * per_tensors[moe][0]
+            tensors[1] += n * per_tensors[moe][1]
+        for end in (0 in mine, S - 1 in mine and (not model.tied_embeddings or p > 1)):
+            if end:
+                dense += model.vocab * model.hidden / par.tp
+                tensors[0] += 2                       # the embedding or output matrix, and a norm
         sync, exposed_extra, hidden_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
-                                                     expert_g, grad_bytes)
+                                                     expert_g, grad_bytes, tensors)
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
@@ -257,18 +265,31 @@ def _simulated(schedule, p, m, v, f, b, w, p2p):
     return simulate(schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
 
 
-def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes):
+def _layer_tensors(model, par, moe: bool) -> tuple[int, int]:
+    """(dense, expert) parameter tensors of one layer on one GPU: each weight matrix, the norms."""
+    mms = model.layer_matmuls(moe)
+    dense = sum(1 for mm in mms if not mm.expert) + 2
+    expert = sum(math.ceil(mm.stored / par.ep) for mm in mms if mm.expert)
+    return dense, expert
+
+
+def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1)):
     """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO-3 traffic hidden behind
-    compute) of one pipeline rank."""
+    compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
+    all-gathers in its gather units (frameworks.py); every collective pays its latency."""
     sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
-    for params, g in ((dense, dense_g), (expert, expert_g)):
+    for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):
         if params <= 0 or g.size <= 1:
             continue
-        if par.zero == 0:
-            sync += collective_time("all_reduce", grad_bytes * params, g, cluster, profile)
-        elif par.zero in (1, 2):
-            sync += collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
-            exposed_extra += collective_time("all_gather", BF16 * params, g, cluster, profile)
+        if par.zero in (0, 1, 2):
+            total = grad_bytes * params
+            bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
+            n = max(1, math.ceil(total / bucket)) if bucket else 1
+            sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
+                                        profile)
+            if par.zero:
+                k = param_gather_count(par.framework, par.zero, g.size, params, count)
+                exposed_extra += k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
         else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
             per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
                 collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)

@@ -41,4 +41,28 @@ def test_calibrate_without_usable_rows_says_what_to_run(tmp_path, capsys):
     path = tmp_path / "empty.jsonl"
     path.write_text("not json\n")
     assert main(["calibrate", str(path), "--out", str(tmp_path / "p.json")]) == 2
-    assert "run `python -m benchmarks gemm`" in capsys.readouterr().err
+    assert "run `python -m benchmarks gemm`" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_calibrate_recovers_the_host_time_from_one_node_training_runs(tmp_path):
+    """Train rows generated with a known host time (plus rows the fit must skip: another node
+    count, a scenario the calculators refuse) give it back; on the bundled nanotron rows the fit
+    is the profile's documented default."""
+    from calculators.scenario import parse
+    from calculators.step import estimate_step
+    truth = replace(default_profile("H100-80GB"), host_ms_per_layer=7.0)
+    path = tmp_path / "train.jsonl"
+    for tp, mbs, nodes in ((1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (8, 4, 1), (8, 1, 2)):
+        sc = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nodes": nodes},
+              "parallel": {"tp": tp, "sp": tp > 1, "dp": 8 * nodes // tp, "mbs": mbs, "gbs": 64 * nodes, "seq": 4096}}
+        step = estimate_step(*parse(sc), truth, pipeline="closed").time_s * (3 if nodes > 1 else 1)
+        results.append(path, results.make_row("train", sc, "ok", metrics={"step_time_s": step}))
+    bad = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB"}, "parallel": {"tp": 3, "gbs": 64}}
+    results.append(path, results.make_row("train", bad, "ok", metrics={"step_time_s": 1.0}))
+    out = tmp_path / "profile.json"
+    assert main(["calibrate", str(path), "--gpu", "H100-80GB", "--out", str(out)]) == 0
+    assert abs(json.loads(out.read_text())["host_ms_per_layer"] - 7.0) <= 0.1
+    bundled = tmp_path / "nanotron.json"
+    assert main(["calibrate", str(results.BUNDLED / "nanotron_h100.jsonl"), "--gpu", "H100-80GB",
+                 "--out", str(bundled)]) == 0
+    assert json.loads(bundled.read_text())["host_ms_per_layer"] == default_profile("H100-80GB").host_ms_per_layer

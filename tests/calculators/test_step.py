@@ -1,5 +1,6 @@
 """Step time: the contract's numbers agree with each other and move the right way."""
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from calculators import flops as fl
 from calculators.compute import gemm_time, layer_time
 from calculators.errors import ConfigError
+from calculators.frameworks import grad_bucket_bytes
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.parallel import ParallelConfig
 from calculators.presets import model_from_name
@@ -109,7 +111,8 @@ def test_moe_dense_gradients_reduce_over_all_data_ranks():
     cluster = ClusterSpec(H100, nodes=1)
     dense_per_layer, _ = kind_params(mix, par, True)
     dense = mix.layers * dense_per_layer + 2 * mix.vocab * mix.hidden        # untied input and output embeddings
-    expected = collective_time("all_reduce", 4 * dense, Group(8, 8, 1), cluster, PROF)
+    buckets = math.ceil(4 * dense / grad_bucket_bytes(par.framework, 0, 8, 4))     # each pays the latency
+    expected = buckets * collective_time("all_reduce", 4 * dense / buckets, Group(8, 8, 1), cluster, PROF)
     b = estimate_step(mix, cluster, par).breakdown
     assert b["dp_exposed"] + b["dp_hidden"] == pytest.approx(expected)
     assert expected > 0.01                       # 1.6B replicated parameters: tens of ms on NVLink
@@ -140,3 +143,21 @@ def test_small_microbatches_on_wide_tp_are_host_bound():
     assert shown == pytest.approx(small.time_s)
     with pytest.raises(ConfigError, match="host_ms_per_layer"):
         profile_from_dict({"host_ms_per_layer": -1})
+
+
+def test_gradient_buckets_and_zero1_gathers_pay_latency_each():
+    """nanotron reduces gradients in 25 MB buckets and its ZeRO-1 gathers the updated weights
+    tensor by tensor: on 256 GPUs every one of those collectives pays its latency (an all-gather
+    across 32 nodes: 31 inter-node steps), so the sync costs more than one collective of the same
+    bytes, and ZeRO-1's gathers cost at least one latency per tensor (146 for the 1.34B model)."""
+    from calculators.comm import collective_time, group
+    from calculators.memory import kind_params
+    m = model_from_name("nanotron-1.34b")
+    cluster = ClusterSpec(H100, nodes=32)
+    z0, z1 = (ParallelConfig(dp=256, zero=z, mbs=1, gbs=256, seq=4096, framework="nanotron") for z in (0, 1))
+    dense = m.layers * kind_params(m, z0, False)[0] + m.vocab * m.hidden
+    one = collective_time("all_reduce", 4 * dense, group("dp", z0, cluster), cluster, PROF)
+    b0, b1 = (estimate_step(m, cluster, z, PROF).breakdown for z in (z0, z1))
+    assert b0["dp_exposed"] + b0["dp_hidden"] > one + 100 * 2 * 31 * PROF.latency_us["inter"] * 1e-6
+    tensors = m.layers * (7 + 2) + 2            # q k v o gate up down and 2 norms per layer; embedding, norm
+    assert b1["dp_exposed"] > tensors * 31 * PROF.latency_us["inter"] * 1e-6

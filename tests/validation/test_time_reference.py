@@ -1,8 +1,8 @@
 """The time model against the measured nanotron runs (validation/time.py).
 
 What these assert is what the model reaches today, as guards against regressions. The time-model
-issue's throughput targets (median error <= 15% and p90 <= 35% on every successful run; picking
->= 85% of the best) are met on one node and NOT on multi-node runs; see the README's time-model section.
+issue's throughput targets (median error <= 15% and p90 <= 35%) are met on one node and NOT on
+multi-node runs; picking (>= 85% of the best) is met; see the README's time-model section.
 """
 import subprocess
 import sys
@@ -21,7 +21,7 @@ def test_bus_bandwidth_within_25_percent_with_one_fitted_knob():
     # issue's 15% / 35% hold here)
     runs, median, p90 = c.one_node
     assert runs >= 60 and median <= 0.15 and p90 <= 0.35
-    assert c.cells >= 25 and c.pick_ratio >= 0.80
+    assert c.cells >= 25 and c.pick_ratio >= 0.85     # the issue's picking target
 
 
 def test_pipeline_runs_before_nanotrons_fix_are_reported_apart():
@@ -31,7 +31,7 @@ def test_pipeline_runs_before_nanotrons_fix_are_reported_apart():
     c = check()
     runs, signed = c.before_fix
     assert runs >= 400 and signed > 2.0
-    assert c.runs >= 1200 and c.median_error <= 0.30
+    assert c.runs >= 1200 and c.median_error <= 0.25
 
 
 def test_script_prints_the_tables():
