@@ -235,7 +235,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                 dense += model.vocab * model.hidden / par.tp
                 tensors[0] += 2                       # the embedding or output matrix, and a norm
         sync, exposed_extra, hidden_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
-                                                     expert_g, grad_bytes, tensors)
+                                                     expert_g, grad_bytes, tensors, len(rank_layers))
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
@@ -273,7 +273,8 @@ def _layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     return dense, expert
 
 
-def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1)):
+def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1),
+             units=1):
     """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO-3 traffic hidden behind
     compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
     all-gathers in its gather units (frameworks.py); every collective pays its latency."""
@@ -290,9 +291,11 @@ def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g
             if par.zero:
                 k = param_gather_count(par.framework, par.zero, g.size, params, count)
                 exposed_extra += k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
-        else:   # ZeRO-3: gather weights for forward and backward, reduce-scatter grads, per micro-batch
-            per_mb = 2 * collective_time("all_gather", BF16 * params, g, cluster, profile) + \
-                collective_time("reduce_scatter", grad_bytes * params, g, cluster, profile)
+        else:   # ZeRO-3: per layer, gather weights for forward and backward, reduce-scatter grads,
+            # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap)
+            k = max(1, units)
+            per_mb = k * (2 * collective_time("all_gather", BF16 * params / k, g, cluster, profile) +
+                          collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile))
             hidden = min(per_mb, profile.overlap["zero3"] * compute)
             exposed_extra, hidden_extra = exposed_extra + m * (per_mb - hidden), hidden_extra + m * hidden
     return sync, exposed_extra, hidden_extra
