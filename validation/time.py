@@ -9,10 +9,11 @@
 2. Throughput. Each run's tokens/s/GPU is predicted with the H100 profile, its network set from
    the bus bandwidths that run itself measured (the cluster's state during that job: the same
    fit, per run). Median and 90th-percentile absolute error, overall, on one node (no network
-   in question) and per node count. Pipeline-parallel runs made before nanotron's multi-node PP
-   fix (`after_pp_fix` false; the data's README says to compare PP runs within one value of
-   it) measured that bug: the model predicts them about 4 times faster than they ran (median),
-   against tens of percent for PP runs after the fix. They are reported apart, not scored.
+   in question), per node count and per layout kind (which links TP and PP cross).
+   Pipeline-parallel runs made before nanotron's multi-node PP fix (`after_pp_fix` false; the
+   data's README says to compare PP runs within one value of it) measured that bug: the model
+   predicts them about 4 times faster than they ran (median), against tens of percent for PP
+   runs after the fix. They are reported apart, not scored.
 3. Picking. Within each (model, nodes) cell, the measured config the model predicts fastest
    among those it predicts to fit: its measured throughput over the best measured one (the
    scored runs only).
@@ -52,6 +53,27 @@ class TimeCheck:
     pick_ratio: float            # mean over cells of measured(picked) / best measured
     cells: int
     before_fix: tuple = (0, 0.0)  # PP runs before nanotron's PP fix: (runs, median signed error)
+    by_layout: dict = None       # layout kind -> (runs, median, p90, median signed)
+
+
+LAYOUTS = ("no pipeline, TP inside a node", "no pipeline, TP across nodes", "pipeline inside one node",
+           "pipeline across nodes, no TP", "pipeline across nodes, TP inside nodes",
+           "pipeline across nodes, TP across nodes")
+
+
+def layout_kind(run) -> str:
+    """Which links the run's TP and PP groups cross (PP is the outermost axis, so a multi-node
+    job's pipeline crosses nodes)."""
+    tp_across = run.par.tp > run.cluster.gpus_per_node
+    if run.par.pp == 1:
+        return LAYOUTS[1] if tp_across else LAYOUTS[0]
+    if run.cluster.nodes == 1:
+        return LAYOUTS[2]
+    return LAYOUTS[5] if tp_across else LAYOUTS[3] if run.par.tp == 1 else LAYOUTS[4]
+
+
+def _stats(es: list) -> tuple:
+    return len(es), statistics.median(map(abs, es)), _pct(list(map(abs, es)), 0.9), statistics.median(es)
 
 
 def _pct(xs, q):
@@ -105,11 +127,10 @@ def check() -> TimeCheck:
             continue
         cells[(run.model.name, run.cluster.nodes)].append((step.tokens_per_s_per_gpu, fits, run.tokens_per_s_per_gpu))
     ab = [abs(e) for _, e in errors]
-    by_nodes = {}
-    for n in NODES:
-        es = [e for r, e in errors if r.cluster.nodes == n]
-        if es:
-            by_nodes[n] = (len(es), statistics.median(map(abs, es)), _pct(list(map(abs, es)), 0.9), statistics.median(es))
+    by_nodes = {n: _stats([e for r, e in errors if r.cluster.nodes == n]) for n in NODES
+                if any(r.cluster.nodes == n for r, _ in errors)}
+    by_layout = {k: _stats([e for r, e in errors if layout_kind(r) == k]) for k in LAYOUTS
+                 if any(layout_kind(r) == k for r, _ in errors)}
     ratios = []
     for entries in cells.values():
         if len(entries) < 2:
@@ -121,7 +142,8 @@ def check() -> TimeCheck:
     return TimeCheck(busbw=rows, fabric_gbps=fabric, runs=len(errors), median_error=statistics.median(ab),
                      p90_error=_pct(ab, 0.9), one_node=one[:3], by_nodes=by_nodes,
                      pick_ratio=statistics.mean(ratios), cells=len(ratios),
-                     before_fix=(len(before_fix), statistics.median(before_fix) if before_fix else 0.0))
+                     before_fix=(len(before_fix), statistics.median(before_fix) if before_fix else 0.0),
+                     by_layout=by_layout)
 
 
 def scored(run) -> bool:
@@ -144,6 +166,9 @@ def main() -> None:
     print("| nodes | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|")
     for n, (k, med, p90, signed) in c.by_nodes.items():
         print(f"| {n} | {k} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
+    print("\n| layout | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|")
+    for k, (n, med, p90, signed) in c.by_layout.items():
+        print(f"| {k} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
     print(f"\n## Picking the fastest config per (model, nodes) cell\n\n{c.cells} cells: the config predicted "
           f"fastest reaches on average {c.pick_ratio:.1%} of the best measured throughput.")
 
