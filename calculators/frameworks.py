@@ -72,7 +72,7 @@ def grad_bucket_bytes(framework: str, zero: int, dp: int, grad_bytes: int) -> fl
     - fsdp2 at ZeRO 0/1: PyTorch DDP's default bucket_cap_mb, 25 MB;
     - megatron: max(40M, 1M x dp) parameters per bucket (its DistributedDataParallelConfig);
     - deepspeed: reduce_bucket_size, 5e8 elements;
-    - fsdp2 at ZeRO 2: one reduce-scatter per layer; left to the caller (0 here: no bucketing).
+    - fsdp2 at ZeRO 2: one reduce-scatter per layer (0 here: the caller counts layers).
     """
     if framework == "megatron":
         return max(40e6, 1e6 * dp) * grad_bytes
@@ -83,7 +83,7 @@ def grad_bucket_bytes(framework: str, zero: int, dp: int, grad_bytes: int) -> fl
     return 25e6
 
 
-def param_gather_count(framework: str, zero: int, dp: int, params: float, tensors: int) -> int:
+def param_gather_count(framework: str, zero: int, dp: int, params: float, tensors: int, layers: int) -> int:
     """How many all-gathers bring the updated weights back after a ZeRO-1/2 step (each pays its
     collective's latency).
 
@@ -99,4 +99,4 @@ def param_gather_count(framework: str, zero: int, dp: int, params: float, tensor
         return max(1, math.ceil(params / max(40e6, 1e6 * dp)))
     if framework == "deepspeed":
         return max(1, math.ceil(params / 5e8))
-    return 1
+    return max(1, layers) if framework == "fsdp2" and zero >= 2 else 1

@@ -285,11 +285,11 @@ def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g
         if par.zero in (0, 1, 2):
             total = grad_bytes * params
             bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
-            n = max(1, math.ceil(total / bucket)) if bucket else 1
+            n = max(1, math.ceil(total / bucket)) if bucket else max(1, units)
             sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
                                         profile)
             if par.zero:
-                k = param_gather_count(par.framework, par.zero, g.size, params, count)
+                k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
                 exposed_extra += k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
         else:   # ZeRO-3: per layer, gather weights for forward and backward, reduce-scatter grads,
             # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap)
