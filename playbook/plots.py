@@ -111,7 +111,7 @@ def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
     labels = [str(v) for v in xs]
     data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
                  marker=dict(pattern=dict(shape=HIDDEN if "hidden" in key else "")))
-            for key in rows[0] if key not in ("tokens/s/GPU", "memory GiB")]
+            for key in rows[0] if key not in ("tokens/s/GPU", "memory GiB") and any(r[key] for r in rows)]
     data.append(dict(type="scatter", name="tokens/s/GPU", x=labels, y=[r["tokens/s/GPU"] for r in rows], yaxis="y2",
                      mode="lines+markers", line=dict(color="#111")))
     extra = {}
