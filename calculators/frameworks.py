@@ -100,3 +100,14 @@ def param_gather_count(framework: str, zero: int, dp: int, params: float, tensor
     if framework == "deepspeed":
         return max(1, math.ceil(params / 5e8))
     return max(1, layers) if framework == "fsdp2" and zero >= 2 else 1
+
+
+def p2p_overlapped(framework: str, schedule: str) -> bool:
+    """Whether pipeline sends run beside compute instead of holding their sender.
+
+    - megatron, interleaved: yes; its training arguments default overlap_p2p_comm to true and
+      turn it off for every other schedule (the non-interleaved 1F1B waits on batched isend/irecv);
+    - everything else: the profile's overlap["pp"] decides (0 by default: nanotron's engine and
+      Megatron's 1F1B wait on their sends).
+    """
+    return framework == "megatron" and schedule == "interleaved"

@@ -29,6 +29,7 @@ class ParallelConfig:
     vpp: int = 1                 # v, virtual stages per pipeline rank (interleaved)
     zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
     sp: bool = False             # sequence parallelism with TP
+    tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
@@ -65,6 +66,7 @@ class ParallelConfig:
             most = max(self.recompute_ranks, key=RECOMPUTE.index)
             require(p, self.recompute == most, f"parallel.recompute must be the most recompute of recompute_ranks "
                     f"({most!r}), the one a framework that applies one setting everywhere would use")
+        require(p, isinstance(self.tp_overlap, bool), f"parallel.tp_overlap must be true or false (got {self.tp_overlap!r})")
         require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
@@ -147,6 +149,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
             "each sequence into 2*cp chunks)")
     if par.sp:
         require(p, (par.seq // c) % t == 0, f"sequence parallel needs seq/cp = {par.seq // c} divisible by tp={t}")
+    if par.tp_overlap and t > 1:
+        require(p, par.sp, "tp_overlap pipelines the all-gathers and reduce-scatters of sequence parallelism "
+                "with their GEMMs (Transformer Engine's userbuffers): set sp=true, or tp_overlap=false")
     if t > 1 and not par.sp:
         w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
                  "activations are replicated; set sp=true")

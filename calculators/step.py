@@ -35,7 +35,7 @@ from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
-from .frameworks import grad_bucket_bytes, param_gather_count
+from .frameworks import grad_bucket_bytes, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
 from .memory import kind_params, stage_layers
 from .models import ModelSpec
@@ -64,7 +64,7 @@ class StepEstimate:
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
 
 
-def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
+def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
     """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction)}."""
     T = tokens(par)
     act = BF16 * T * model.hidden
@@ -74,7 +74,7 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
         one = (collective_time("all_gather", act, g, cluster, profile) +
                collective_time("reduce_scatter", act, g, cluster, profile)) if par.sp else \
             collective_time("all_reduce", act, g, cluster, profile)
-        out["tp"] = (2 * one, 2 * one, profile.overlap["tp"])
+        out["tp"] = (2 * one, 2 * one, _tp_hidden(par, 2 * one, gemm_time, profile))
     if par.cp > 1:
         kv = BF16 * T * 2 * model.kv_dim / par.tp
         g = group("cp", par, cluster)
@@ -86,6 +86,18 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time):
         a2a = 2 * collective_time("all_to_all", act * model.moe.top_k / (par.tp if par.sp else 1), g, cluster, profile)
         out["ep"] = (a2a, a2a, 1.0 if par.schedule == "dualpipe" else profile.overlap["ep"])
     return out
+
+
+def _tp_hidden(par, comm: float, gemm: float, profile) -> float:
+    """Hidden fraction of a layer's TP collectives. Pipelined with their GEMMs (tp_overlap:
+    Transformer Engine splits each all-gather/reduce-scatter into tp ring steps, each running
+    under the GEMM on the chunk already there), one step in tp stays exposed and the rest hides
+    only as far as the layer's GEMMs last (the forward's, the shorter; backward runs two).
+    Without it, the profile's overlap["tp"] (0: the collective waits for its GEMM)."""
+    if not par.tp_overlap or comm <= 0:
+        return profile.overlap["tp"]
+    exposed = max(comm / par.tp, comm - gemm)
+    return max(profile.overlap["tp"], 1 - exposed / comm)
 
 
 def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: bool = False):
@@ -122,7 +134,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
-            comm = _layer_comm(model, par, cluster, profile, moe, lt.attention)
+            comm = _layer_comm(model, par, cluster, profile, moe, lt.attention, lt.gemm)
             exp_f = sum(f * (1 - h) for f, _, h in comm.values())
             exp_b = sum(b * (1 - h) for _, b, h in comm.values())
             kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
@@ -155,9 +167,9 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     p2p_bytes = BF16 * T * model.hidden / (par.tp if par.sp else 1)
     p2p = collective_time("p2p", p2p_bytes, group("pp", par, cluster), cluster, profile) if p > 1 else 0.0
     # A blocking send holds its sender for the transfer (overlap["pp"] = 0: nanotron's and
-    # Megatron's 1F1B wait on their sends; async engines hide it): forwards send activations on,
-    # backwards send gradients back.
-    blocking = p2p * (1 - profile.overlap["pp"])
+    # Megatron's 1F1B wait on their sends; Megatron's interleaved schedule and async engines hide
+    # it): forwards send activations on, backwards send gradients back.
+    blocking = 0.0 if p2p_overlapped(par.framework, par.schedule) else p2p * (1 - profile.overlap["pp"])
     for st in range(S - 1):
         f[st] += blocking
         b[st + 1] += blocking

@@ -161,3 +161,38 @@ def test_gradient_buckets_and_zero1_gathers_pay_latency_each():
     assert b0["dp_exposed"] + b0["dp_hidden"] > one + 100 * 2 * 31 * PROF.latency_us["inter"] * 1e-6
     tensors = m.layers * (7 + 2) + 2            # q k v o gate up down and 2 norms per layer; embedding, norm
     assert b1["dp_exposed"] > tensors * 31 * PROF.latency_us["inter"] * 1e-6
+
+
+def test_tp_overlap_hides_all_but_one_ring_step():
+    """Megatron/TE's tp_comm_overlap pipelines each all-gather and reduce-scatter with its GEMM in
+    tp ring steps: at most (tp-1)/tp of the TP traffic hides, and never more than the layer's
+    GEMMs last; it needs sequence parallelism. Off, nothing hides (overlap["tp"] = 0)."""
+    from calculators.step import _tp_hidden
+    base = dict(tp=8, sp=True, mbs=2, gbs=64)
+    off, on = _step(**base), _step(**base, tp_overlap=True)
+    assert off.breakdown.get("tp_hidden", 0) == 0 and on.breakdown["tp_hidden"] > 0
+    total = off.breakdown["tp_exposed"]
+    assert on.breakdown["tp_exposed"] == pytest.approx(total - on.breakdown["tp_hidden"])
+    assert on.breakdown["tp_exposed"] >= total / 8 * (1 - 1e-9)
+    assert on.time_s < off.time_s
+    par = ParallelConfig(tp=8, sp=True, tp_overlap=True)
+    assert _tp_hidden(par, 1.0, 10.0, PROF) == pytest.approx(7 / 8)      # GEMMs long: one step of 8 shows
+    assert _tp_hidden(par, 1.0, 0.25, PROF) == pytest.approx(0.25)       # GEMMs short: they bound it
+    with pytest.raises(ConfigError, match="tp_overlap"):
+        evaluate({"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nodes": 1},
+                  "parallel": {"tp": 8, "tp_overlap": True, "gbs": 8}})
+
+
+def test_megatron_interleaved_sends_do_not_hold_their_sender():
+    """Megatron's training arguments default overlap_p2p_comm to true and switch it off for every
+    schedule but the interleaved one: there the sends run beside compute, elsewhere (and in
+    nanotron) the sender waits for them."""
+    from calculators.frameworks import p2p_overlapped
+    from calculators.step import stage_costs
+    assert p2p_overlapped("megatron", "interleaved") and not p2p_overlapped("megatron", "1f1b")
+    assert not p2p_overlapped("nanotron", "interleaved")
+    cluster = ClusterSpec(H100, nodes=2)
+    par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, mbs=1, gbs=32, seq=4096, schedule="interleaved")
+    base = stage_costs(L8B, cluster, replace(par, framework="megatron"), PROF)
+    blocked = stage_costs(L8B, cluster, replace(par, framework="nanotron"), PROF)
+    assert base.p2p > 0 and blocked.f[0] == pytest.approx(base.f[0] + base.p2p)
