@@ -10,8 +10,9 @@ from calculators.presets import MODEL_PRESETS, model_from_name
 # (preset, total, active) in billions, as published by the model's authors.
 PUBLISHED = {
     "llama3-8b": (8.03, None), "llama3-70b": (70.6, None), "llama3-405b": (405.9, None),
-    "llama2-7b": (6.74, None), "mixtral-8x7b": (46.7, 12.9), "deepseek-v3": (671, 37),
-    "qwen2.5-7b": (7.61, None), "qwen3-30b-a3b": (30.5, 3.3), "gpt3-175b": (175, None),
+    "llama2-7b": (6.74, None), "llama2-13b": (13.0, None), "llama2-70b": (69.0, None), "mixtral-8x7b": (46.7, 12.9), "deepseek-v3": (671, 37),
+    "qwen2.5-7b": (7.61, None), "qwen3-30b-a3b": (30.5, 3.3),
+    "qwen3-235b-a22b": (235, 22), "gpt3-175b": (175, None),
     "nanotron-1.34b": (1.34, None), "nanotron-3.57b": (3.57, None), "nanotron-8.86b": (8.86, None),
     "nanotron-80b": (80.0, None), "nanotron-80b-gqa8": (70.6, None), "nanotron-469b": (469, None),
 }
