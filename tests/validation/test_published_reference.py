@@ -1,0 +1,58 @@
+"""The time model against runs another framework published (validation/published.py).
+
+Nothing is fitted to these runs: they check that the model, developed on nanotron's, carries to
+Megatron-Core on DGX H100 and B200 with FP8, interleaved pipelines and context parallelism. The
+dense runs meet the time-model issue's 15% / 35%; the mixture-of-experts runs do not (the model
+is about twice too fast on them; README), so they are reported, not asserted on.
+"""
+import subprocess
+import sys
+
+import pytest
+
+from validation.published import DATA, check, flops_convention, load_runs, summary
+
+
+def test_dense_runs_of_another_framework_meet_the_targets():
+    results = check()
+    runs, median, worst, _ = summary(results)["dense"]
+    assert runs >= 10
+    assert median <= 0.15 and worst <= 0.35
+    # chapter 4 quotes this: the TP-overlapped runs (Llama 3 70B, GPT-3 175B) within 12%
+    overlapped = [r for r in results if r.run.par.tp_overlap and r.error is not None]
+    assert len(overlapped) >= 5 and all(abs(r.error) <= 0.12 for r in overlapped)
+    # what cannot be expressed says why, and every other row is scored
+    for r in results:
+        assert (r.predicted is None) == bool(r.reason)
+        assert r.predicted is None or r.predicted > 0
+
+
+def test_flops_per_token_match_the_frameworks_own_count():
+    """Model TFLOP/s over tokens/s is the framework's FLOPs per token. Ours agree within 2% on
+    every dense run, under one of two attention conventions: Megatron-Bridge counts causal
+    attention as half the square (ours); NeMo 24.12's Llama rows count the full square."""
+    for r in check():
+        if r.run.model.moe is None:
+            assert not flops_convention(r).startswith("neither"), (r.run.label, r.flops_ratio)
+        if r.run.source == "megatron-bridge" and r.run.model.name.startswith("llama"):
+            assert flops_convention(r) == "causal"
+
+
+def test_a_malformed_row_names_its_line(tmp_path):
+    lines = DATA.read_text().splitlines()
+    bad = tmp_path / "runs.csv"
+    bad.write_text("\n".join([lines[0], lines[1].replace("DGX-H100", "DGX-Z9")]) + "\n")
+    with pytest.raises(ValueError, match="line 2: system 'DGX-Z9'"):
+        load_runs(bad)
+    bad.write_text("\n".join([lines[0], lines[1].replace(",fp8,", ",fp4,")]) + "\n")
+    with pytest.raises(ValueError, match="line 2: .*precision"):
+        load_runs(bad)
+    bad.write_text("model,gpus\nllama3-8b,8\n")
+    with pytest.raises(ValueError, match="missing columns"):
+        load_runs(bad)
+
+
+def test_script_prints_the_table():
+    out = subprocess.run([sys.executable, "-m", "validation.published"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert "| dense |" in out and "Not expressible" in out and "megatron-bridge" in out
