@@ -37,10 +37,11 @@ def scenario_from(values: dict):
     for k in ("recompute", "schedule", "precision", "framework"):
         if k in values:
             par[k] = values[k]
-    if "sp" in values:
-        sp = values["sp"]
-        sp = sp.lower() in ("1", "true", "yes", "on") if isinstance(sp, str) else bool(sp)
-        par["sp"] = sp and par.get("tp", 1) > 1
+    for k in ("sp", "tp_overlap"):            # both mean something only with TP
+        if k in values:
+            on = values[k]
+            on = on.lower() in ("1", "true", "yes", "on") if isinstance(on, str) else bool(on)
+            par[k] = on and par.get("tp", 1) > 1
     return model, cluster, parse_parallel(par)
 
 

@@ -53,6 +53,7 @@ SCENARIO = {
     "vpp": (_slider(1, 8, "vpp (virtual stages)"), 1),
     "zero": (lambda v: gr.Radio([0, 1, 2, 3], value=v, label="ZeRO stage"), 1),
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),
+    "tp_overlap": (lambda v: gr.Checkbox(v, label="TP comm overlapped with GEMMs (Megatron/TE)"), False),
     "mbs": (_slider(1, 32, "micro-batch (sequences)"), 1),
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1), 64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
