@@ -11,7 +11,9 @@ the host is its own entry in the breakdown ("host_bound").
 
 Communication kinds and what hides them (profile.overlap gives the hidden fraction):
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
-  and twice backward; without SP: all-reduce) sits on the critical path unless async TP hides it.
+  and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
+  pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
+  as the GEMMs last).
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - EP: token dispatch and combine all-to-all, twice forward and twice backward per MoE layer;
   DualPipe hides it behind the paired micro-batch's compute.
@@ -20,7 +22,8 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
   all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
   every micro-batch, prefetched behind compute.
-- PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary.
+- PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary;
+  it holds its sender except in Megatron's interleaved schedule (frameworks.p2p_overlapped).
 
 MFU counts model FLOPs (flops.py, causal attention counted as half the square) against the
 dense bf16 peak; HFU adds recompute. Both are stated with their convention in `as_dict`.
