@@ -6,8 +6,9 @@
          + optimizer step + ZeRO-1/2's parameter all-gather after it
 
 Each layer's forward and backward take at least the host's time to issue them
-(profile.host_ms_per_layer: eager frameworks' Python, autograd and launches); the GPU's wait for
-the host is its own entry in the breakdown ("host_bound").
+(profile.host_ms_per_layer: eager frameworks' Python, autograd and launches; times
+frameworks.host_scale where a framework's host is measured slower); the GPU's wait for the host is
+its own entry in the breakdown ("host_bound").
 
 Communication kinds and what hides them (profile.overlap gives the hidden fraction):
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
@@ -38,7 +39,7 @@ from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
-from .frameworks import grad_bucket_bytes, p2p_overlapped, param_gather_count
+from .frameworks import grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
 from .memory import kind_params, stage_layers
 from .models import ModelSpec
@@ -103,16 +104,17 @@ def _tp_hidden(par, comm: float, gemm: float, profile) -> float:
     return max(profile.overlap["tp"], 1 - exposed / comm)
 
 
-def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: bool = False):
+def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: bool = False, scale: float = 1.0):
     """A layer's (F, B, W) per micro-batch with the host's issue time as their floor, and the time
-    the GPU waits for the host. The host issues a third of profile.host_ms_per_layer in the
-    forward and two thirds in the backward (I and W share it by their GPU time); a full recompute
-    issues the forward again inside the backward."""
-    host = profile.host_ms_per_layer * 1e-3
+    the GPU waits for the host. The host issues a third of profile.host_ms_per_layer (times the
+    framework's `scale`, frameworks.host_scale) in the forward and two thirds in the backward (I
+    and W share it by their GPU time); a full recompute issues the forward again inside the
+    backward."""
+    host = profile.host_ms_per_layer * scale * 1e-3
     hf, hb = host / 3, 2 * host / 3 + (host / 3 if refwd else 0.0)
     f2 = max(f, hf)
-    scale = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
-    return (f2, b * scale, w * scale), (f2 - f) + (b + w) * (scale - 1)
+    stretch = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
+    return (f2, b * stretch, w * stretch), (f2 - f) + (b + w) * (stretch - 1)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
+    tp_g = group("tp", par, cluster)
+    scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
@@ -141,7 +145,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             exp_f = sum(f * (1 - h) for f, _, h in comm.values())
             exp_b = sum(b * (1 - h) for _, b, h in comm.values())
             kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
-                                                   lt.backward_weight, profile, mp.recompute == "full")
+                                                   lt.backward_weight, profile, mp.recompute == "full", scale)
             parts[(moe, mode)] = (lt, comm, waits)
     layers = stage_layers(model, par)
     S = n_stages(par.schedule, p, v)

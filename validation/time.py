@@ -14,6 +14,9 @@
    data's README says to compare PP runs within one value of it) measured that bug: the model
    predicts them about 4 times faster than they ran (median), against tens of percent for PP
    runs after the fix. They are reported apart, not scored.
+   nanotron's host floors (frameworks.host_scale: its host issues a layer more slowly when its
+   pipeline or TP crosses nodes) were fitted on the 1.34B and 3.57B runs; the table beside them
+   gives the larger models' runs, held out, and the runs where both cross nodes, predicted.
 3. Picking. Within each (model, nodes) cell, the measured config the model predicts fastest
    among those it predicts to fit: its measured throughput over the best measured one (the
    scored runs only).
@@ -54,11 +57,17 @@ class TimeCheck:
     cells: int
     before_fix: tuple = (0, 0.0)  # PP runs before nanotron's PP fix: (runs, median signed error)
     by_layout: dict = None       # layout kind -> (runs, median, p90, median signed)
+    host_fit: dict = None        # (layout kind, "fitted" or "held out") -> (runs, median, p90, median signed)
 
 
 LAYOUTS = ("no pipeline, TP inside a node", "no pipeline, TP across nodes", "pipeline inside one node",
            "pipeline across nodes, no TP", "pipeline across nodes, TP inside nodes",
            "pipeline across nodes, TP across nodes")
+
+
+# frameworks.host_scale's nanotron factors were fitted on these models' runs; the rest are held out.
+FITTED_ON = ("nanotron-1.34b", "nanotron-3.57b")
+HOST_LAYOUTS = (LAYOUTS[1], LAYOUTS[4], LAYOUTS[5])
 
 
 def layout_kind(run) -> str:
@@ -131,6 +140,12 @@ def check() -> TimeCheck:
                 if any(r.cluster.nodes == n for r, _ in errors)}
     by_layout = {k: _stats([e for r, e in errors if layout_kind(r) == k]) for k in LAYOUTS
                  if any(layout_kind(r) == k for r, _ in errors)}
+    host_fit = {}
+    for k in HOST_LAYOUTS:
+        for part in ("fitted", "held out"):
+            es = [e for r, e in errors if layout_kind(r) == k and (r.model.name.startswith(FITTED_ON) == (part == "fitted"))]
+            if es:
+                host_fit[(k, part)] = _stats(es)
     ratios = []
     for entries in cells.values():
         if len(entries) < 2:
@@ -143,7 +158,7 @@ def check() -> TimeCheck:
                      p90_error=_pct(ab, 0.9), one_node=one[:3], by_nodes=by_nodes,
                      pick_ratio=statistics.mean(ratios), cells=len(ratios),
                      before_fix=(len(before_fix), statistics.median(before_fix) if before_fix else 0.0),
-                     by_layout=by_layout)
+                     by_layout=by_layout, host_fit=host_fit)
 
 
 def scored(run) -> bool:
@@ -169,6 +184,14 @@ def main() -> None:
     print("\n| layout | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|")
     for k, (n, med, p90, signed) in c.by_layout.items():
         print(f"| {k} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
+    print("\nnanotron's host floors (calculators/frameworks.py, host_scale), fitted on the 1.34B and 3.57B "
+          "runs of the first two layouts; the other models, and the third layout (the product of the two), are "
+          "predictions:\n")
+    print("| layout | models | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|---|")
+    for (k, part), (n, med, p90, signed) in c.host_fit.items():
+        fitted = part == "fitted" and k != LAYOUTS[5]
+        print(f"| {k} | {'1.34B, 3.57B' if part == 'fitted' else 'the larger ones'} ({'fitted' if fitted else 'predicted'}) "
+              f"| {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
     print(f"\n## Picking the fastest config per (model, nodes) cell\n\n{c.cells} cells: the config predicted "
           f"fastest reaches on average {c.pick_ratio:.1%} of the best measured throughput.")
 

@@ -193,6 +193,30 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
     assert not p2p_overlapped("nanotron", "interleaved")
     cluster = ClusterSpec(H100, nodes=2)
     par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, mbs=1, gbs=32, seq=4096, schedule="interleaved")
-    base = stage_costs(L8B, cluster, replace(par, framework="megatron"), PROF)
-    blocked = stage_costs(L8B, cluster, replace(par, framework="nanotron"), PROF)
+    gpu_only = replace(PROF, host_ms_per_layer=0.0)      # nanotron's host differs too (host_scale)
+    base = stage_costs(L8B, cluster, replace(par, framework="megatron"), gpu_only)
+    blocked = stage_costs(L8B, cluster, replace(par, framework="nanotron"), gpu_only)
     assert base.p2p > 0 and blocked.f[0] == pytest.approx(base.f[0] + base.p2p)
+
+
+def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes():
+    """frameworks.host_scale: nanotron's host needs 1 + 1.1 log2(tp) times its one-node issue
+    time per layer when its pipeline crosses nodes with TP, and tp_nodes times when a TP group
+    spans nodes; one node, no TP, or another framework: as profiled."""
+    from calculators.frameworks import host_scale
+    from calculators.step import stage_costs
+    assert host_scale("nanotron", 4, 1, True) == pytest.approx(1 + 1.1 * 2)
+    assert host_scale("nanotron", 8, 2, True) == pytest.approx((1 + 1.1 * 3) * 2)
+    assert host_scale("nanotron", 8, 2, False) == 2
+    assert host_scale("nanotron", 1, 1, True) == host_scale("nanotron", 4, 1, False) == 1
+    assert host_scale("megatron", 8, 4, True) == 1
+    nano = dict(dp=1, tp=4, pp=4, sp=True, mbs=1, gbs=64, seq=4096, framework="nanotron")
+    small = model_from_name("nanotron-1.34b")
+    inside = stage_costs(small, ClusterSpec(H100, nodes=2), ParallelConfig(**nano), PROF)   # pp over 2 nodes
+    one = stage_costs(small, ClusterSpec(H100, nodes=1, gpus_per_node=16), ParallelConfig(**nano), PROF)
+    host = PROF.host_ms_per_layer * 1e-3
+    f, b, w = inside.layer[(False, "none")]
+    assert f + b + w == pytest.approx(host * (1 + 1.1 * 2))         # the floor binds at mbs 1
+    assert sum(one.layer[(False, "none")]) == pytest.approx(host)
+    mega = stage_costs(small, ClusterSpec(H100, nodes=2), ParallelConfig(**{**nano, "framework": "megatron"}), PROF)
+    assert sum(mega.layer[(False, "none")]) < f + b + w

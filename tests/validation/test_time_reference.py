@@ -1,8 +1,9 @@
 """The time model against the measured nanotron runs (validation/time.py).
 
-What these assert is what the model reaches today, as guards against regressions. The time-model
-issue's throughput targets (median error <= 15% and p90 <= 35%) are met on one node and NOT on
-multi-node runs; picking (>= 85% of the best) is met; see the README's time-model section.
+What these assert is what the model reaches today, as guards against regressions. Of the time-model
+issue's throughput targets, the median (<= 15%) is met over all scored runs and the p90 (<= 35%)
+only on one node and on the layouts whose groups stay inside a node; picking (>= 85% of the best)
+is met; see the README's time-model section.
 """
 import subprocess
 import sys
@@ -26,12 +27,23 @@ def test_bus_bandwidth_within_25_percent_with_one_fitted_knob():
 
 def test_pipeline_runs_before_nanotrons_fix_are_reported_apart():
     """The data's README: compare PP runs within one value of after_pp_fix. The runs before the
-    fix ran several times slower than the model predicts; the scored runs are within tens of
-    percent (median; the 15% target is not met)."""
+    fix ran more than twice as slow as the model predicts; the scored runs meet the median target
+    (15%), not yet the p90 (35%)."""
     c = check()
     runs, signed = c.before_fix
-    assert runs >= 400 and signed > 2.0
-    assert c.runs >= 1200 and c.median_error <= 0.25
+    assert runs >= 400 and signed > 1.0
+    assert c.runs >= 1200 and c.median_error <= 0.15 and c.p90_error <= 0.5
+
+
+def test_nanotron_host_floors_hold_on_the_models_they_were_not_fitted_to():
+    """frameworks.host_scale's two factors were fitted on the 1.34B and 3.57B runs; on the larger
+    models' runs, and where pipeline and TP both cross nodes (their product, never fitted), the
+    median error stays within the issue's 15% to 25%."""
+    c = check()
+    for (kind, part), (runs, median, _, signed) in c.host_fit.items():
+        assert runs >= 40, (kind, part)
+        assert median <= (0.25 if kind == "pipeline across nodes, TP across nodes" else 0.16), (kind, part, median)
+        assert abs(signed) <= 0.2, (kind, part, signed)
 
 
 def test_layouts_whose_groups_stay_inside_a_node_meet_the_targets():
