@@ -29,9 +29,10 @@ class Plan:
 
 
 def label(p: ParallelConfig) -> str:
-    """A layout in one line: tp8 cp1 pp16 dp16 zero1 mbs1 1f1b recompute=full."""
+    """A layout in one line: tp8 cp1 pp16 dp16 tp-overlap zero1 mbs1 1f1b recompute=full."""
     parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
     parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
+    parts += ["tp-overlap"] if p.tp_overlap else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + "/".join(modes)]
     if p.split:

@@ -47,7 +47,9 @@ def _harness(model, cluster, par, model_ref):
         args.append("--split " + ",".join(map(str, par.split)))
     if len(set(par.recompute_ranks)) > 1:
         args.append("--recompute-ranks " + ",".join(par.recompute_ranks))
-    return " \\\n    ".join(args), []
+    notes = ["the harness does not pipeline TP's collectives with their GEMMs: expect the step without tp_overlap"] \
+        if par.tp_overlap else []
+    return " \\\n    ".join(args), notes
 
 
 def _megatron(model, cluster, par, _ref):
@@ -57,6 +59,8 @@ def _megatron(model, cluster, par, _ref):
          f"--global-batch-size {par.gbs}", f"--seq-length {par.seq}", "--bf16"]
     if par.sp:
         a.append("--sequence-parallel")
+    if par.tp_overlap:
+        a.append("--tp-comm-overlap")
     if par.ep > 1:
         a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
     if par.schedule == "interleaved":
@@ -103,6 +107,10 @@ def _torchtitan(model, cluster, par, _ref):
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {par.tp}",
              f"context_parallel_degree = {par.cp}", *pipe]
+    if par.tp_overlap:
+        lines.append("enable_async_tensor_parallel = true")
+        notes.append("async TP (TP comm pipelined with its GEMMs) needs torch.compile: [compile] enable = true, "
+                     'components = ["model"]')
     if par.ep > 1:
         lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
     lines += ["", "[activation_checkpoint]", f'mode = "{par.recompute}"', "", "[training]",
@@ -126,6 +134,8 @@ def _deepspeed(model, cluster, par, _ref):
         if par.recompute == "selective":
             notes.append("DeepSpeed checkpoints whole layers; selective recompute needs the model to "
                          "checkpoint only its attention core (Megatron-DeepSpeed: --recompute-granularity selective)")
+    if par.tp_overlap:
+        notes.append("DeepSpeed does not pipeline TP's collectives with its GEMMs: expect the step without tp_overlap")
     if par.pp > 1:
         notes.append(f"pipeline parallelism: build the model as deepspeed.pipe.PipelineModule(num_stages={par.pp}"
                      + (f", partition_method='parameters') and set per-stage layers {'/'.join(map(str, par.split))}"

@@ -37,7 +37,7 @@ from .step import estimate_step
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
-KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision")
+KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 FINALISTS = 12                   # closed-form leaders that are rebalanced and simulated
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
@@ -70,6 +70,9 @@ def _space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) 
         "recompute": list(RECOMPUTE),
         "schedule": list(DEFAULT_SCHEDULES),
         "precision": ["bf16"],
+        # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
+        # is taken where allowed; by default where the framework has it built in (Megatron/TE)
+        "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -78,10 +81,11 @@ def _space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) 
             if not space[knob]:
                 raise ConfigError(f"plan constraints: {knob} allows no value")
     bad = [s for s in space["schedule"] if s not in SCHEDULES] + \
-        [r for r in space["recompute"] if r not in RECOMPUTE]
+        [r for r in space["recompute"] if r not in RECOMPUTE] + \
+        [v for v in space["tp_overlap"] if not isinstance(v, bool)]
     if bad:
-        raise ConfigError(f"plan constraints: unknown schedule/recompute {bad}; schedules {SCHEDULES}, "
-                          f"recompute {RECOMPUTE}")
+        raise ConfigError(f"plan constraints: unknown schedule/recompute/tp_overlap {bad}; schedules {SCHEDULES}, "
+                          f"recompute {RECOMPUTE}, tp_overlap true or false")
     if model.moe is None:
         space["ep"], space["etp"] = [1], [0]
     space["recompute"] = [r for r in RECOMPUTE if r in space["recompute"]]   # least first
@@ -179,7 +183,9 @@ class _Search:
         sp = self.space
         for sizes, invalid in _structures(self.model, self.cluster, sp, self.gbs):
             try:
-                base = ParallelConfig(**sizes, sp=sizes["tp"] > 1, seq=self.seq, gbs=self.gbs, mbs=min(sp["mbs"]),
+                tp = sizes["tp"] > 1
+                base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
+                                      gbs=self.gbs, mbs=min(sp["mbs"]),
                                       zero=max(sp["zero"]), recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=sp["vpp"][0] if "1f1b" not in sp["schedule"]
@@ -307,13 +313,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
             raise ConfigError(f"plan: {key} must be an integer >= 1 (got {value!r})")
     search = _Search(model, cluster, profile or default_profile(cluster.gpu.name), seq, gbs, constraints)
     search.run()
-    finalists, seen = [], set()
-    for _, par in sorted(search.scored, key=lambda x: x[0]):
-        if par not in seen:
-            seen.add(par)
-            finalists.append(par)
-        if len(finalists) >= max(3 * top, FINALISTS):
-            break
+    finalists = _finalists([par for _, par in sorted(search.scored, key=lambda x: x[0])], max(3 * top, FINALISTS))
     closed = {}
     for par in finalists:
         key = replace(par, split=())
@@ -324,13 +324,31 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
             if key not in closed or t < closed[key][0]:
                 closed[key] = (t, cand)
     leaders = _distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
-    ranked = sorted(filter(None, (_simulated(search, par) for _, par in leaders[:top])), key=lambda p: p.step.time_s)
+    # the closed form ranks; the simulator, which times the schedules' real overlap (ZB's W
+    # filling the drain, uneven stages), decides among twice as many as are shown
+    timed = sorted(filter(None, (_simulated(search, par) for _, par in leaders[:2 * top])), key=lambda p: p.step.time_s)
+    ranked = timed[:top]
     result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
                         why=why(ranked[0], ranked[1]) if len(ranked) >= 2 else "", searched=search.count, seconds=0.0)
     if not ranked:
         result.impossible, result.min_gpus = _impossible(search)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _finalists(ordered: list, n: int) -> list:
+    """The n fastest layouts by the closed form, but first the fastest of each structure (tp, cp,
+    ep, pp, schedule, vpp): its ZeRO and micro-batch variants, near-equal, must not crowd out
+    another structure that rebalancing or the simulator may put ahead."""
+    firsts, rest, seen, shapes = [], [], set(), set()
+    for par in ordered:
+        if par in seen:
+            continue
+        seen.add(par)
+        shape = (par.tp, par.cp, par.ep, par.pp, par.schedule, par.vpp)
+        (rest if shape in shapes else firsts).append(par)
+        shapes.add(shape)
+    return firsts[:n] + rest[:max(0, n - len(firsts))]
 
 
 def _distinct(leaders: list) -> list:

@@ -188,4 +188,4 @@ def test_recompute_per_rank_when_only_the_first_stages_need_it():
     _, notes = export("megatron", model, cluster, best.par)
     assert any("per pipeline rank" in n for n in notes)
     text, notes = export("harness", model, cluster, best.par)     # our harness runs it as planned
-    assert "--recompute-ranks " + ",".join(modes) in text and not notes
+    assert "--recompute-ranks " + ",".join(modes) in text and not [n for n in notes if "recompute" in n]
