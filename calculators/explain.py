@@ -126,3 +126,30 @@ def rejections(search, ranked, runners_up):
 def short(par) -> str:
     return (f"tp{par.tp} cp{par.cp} pp{par.pp} dp{par.dp}" + (f" ep{par.ep}" if par.ep > 1 else "") +
             f" zero{par.zero} recompute={par.recompute}")
+
+
+def finalists(ordered: list, n: int) -> list:
+    """The n fastest layouts by the closed form, but first the fastest of each structure (tp, cp,
+    ep, pp, schedule, vpp): its ZeRO and micro-batch variants, near-equal, must not crowd out
+    another structure that rebalancing or the simulator may put ahead."""
+    firsts, rest, seen, shapes = [], [], set(), set()
+    for par in ordered:
+        if par in seen:
+            continue
+        seen.add(par)
+        shape = (par.tp, par.cp, par.ep, par.pp, par.schedule, par.vpp)
+        (rest if shape in shapes else firsts).append(par)
+        shapes.add(shape)
+    return firsts[:n] + rest[:max(0, n - len(firsts))]
+
+
+def distinct(leaders: list) -> list:
+    """Drop layouts that only trade CP for DP or micro-batch size at the same time (within
+    0.05%) as a simpler one already listed: they are the same plan to the reader."""
+    kept = []
+    for t, par in leaders:
+        same = (par.tp, par.pp, par.zero, par.recompute, par.schedule, par.vpp)
+        if not any(abs(t - u) <= 5e-4 * u and same == (q.tp, q.pp, q.zero, q.recompute, q.schedule, q.vpp)
+                   for u, q in kept):
+            kept.append((t, par))
+    return kept

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 
 from .errors import ConfigError
-from .explain import Plan, PlanResult, Rejected, rejections, short, why
+from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
 from .hardware import ClusterSpec
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
@@ -313,9 +313,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
             raise ConfigError(f"plan: {key} must be an integer >= 1 (got {value!r})")
     search = _Search(model, cluster, profile or default_profile(cluster.gpu.name), seq, gbs, constraints)
     search.run()
-    finalists = _finalists([par for _, par in sorted(search.scored, key=lambda x: x[0])], max(3 * top, FINALISTS))
+    chosen = finalists([par for _, par in sorted(search.scored, key=lambda x: x[0])], max(3 * top, FINALISTS))
     closed = {}
-    for par in finalists:
+    for par in chosen:
         key = replace(par, split=())
         for cand in (par, _rebalanced(search, par)):
             if cand is None or (cand is not par and not getattr(search.memory(cand), "fits", False)):
@@ -323,7 +323,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
             t = search.score(cand)
             if key not in closed or t < closed[key][0]:
                 closed[key] = (t, cand)
-    leaders = _distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
+    leaders = distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
     # the closed form ranks; the simulator, which times the schedules' real overlap (ZB's W
     # filling the drain, uneven stages), decides among twice as many as are shown
     timed = sorted(filter(None, (_simulated(search, par) for _, par in leaders[:2 * top])), key=lambda p: p.step.time_s)
@@ -334,33 +334,6 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
         result.impossible, result.min_gpus = _impossible(search)
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def _finalists(ordered: list, n: int) -> list:
-    """The n fastest layouts by the closed form, but first the fastest of each structure (tp, cp,
-    ep, pp, schedule, vpp): its ZeRO and micro-batch variants, near-equal, must not crowd out
-    another structure that rebalancing or the simulator may put ahead."""
-    firsts, rest, seen, shapes = [], [], set(), set()
-    for par in ordered:
-        if par in seen:
-            continue
-        seen.add(par)
-        shape = (par.tp, par.cp, par.ep, par.pp, par.schedule, par.vpp)
-        (rest if shape in shapes else firsts).append(par)
-        shapes.add(shape)
-    return firsts[:n] + rest[:max(0, n - len(firsts))]
-
-
-def _distinct(leaders: list) -> list:
-    """Drop layouts that only trade CP for DP or micro-batch size at the same time (within
-    0.05%) as a simpler one already listed: they are the same plan to the reader."""
-    kept = []
-    for t, par in leaders:
-        same = (par.tp, par.pp, par.zero, par.recompute, par.schedule, par.vpp)
-        if not any(abs(t - u) <= 5e-4 * u and same == (q.tp, q.pp, q.zero, q.recompute, q.schedule, q.vpp)
-                   for u, q in kept):
-            kept.append((t, par))
-    return kept
 
 
 def _simulated(search, par) -> Plan | None:
