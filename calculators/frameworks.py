@@ -113,7 +113,6 @@ def p2p_overlapped(framework: str, schedule: str) -> bool:
     return framework == "megatron" and schedule == "interleaved"
 
 
-
 # Host issue time per layer, nanotron, pipeline across nodes with TP: x (1 + k log2 of the TP
 # ranks per node).
 NANOTRON_CROSS_NODE_PP_HOST = 1.1
