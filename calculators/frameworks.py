@@ -10,12 +10,15 @@ costs `replicated + sharded / shard` per parameter.
 | megatron  | 18 | 6 + 12/d | 2 + 16/d | 18/d | Megatron-LM docs, distributed optimizer (bf16 params, fp32 main grads) |
 | deepspeed | 16 | 4 + 12/d | 2 + 14/d | 16/d | ZeRO paper (Rajbhandari et al. 2020), K = 12 |
 | fsdp2     | 16 | 8 + 8/d  | 2 + 16/d | 16/d | fp32 sharded params, bf16 compute (torchtitan's MixedPrecisionPolicy) |
-| nanotron  | 20 | 10 + 14/d| -        | -    | fitted to 1,734 measured runs (validation/memory.py) |
+| nanotron  | 20 (18 at d = 1) | 10 + 14/d| -        | -    | fitted to 1,734 measured runs (validation/memory.py) |
 
 FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
 backward (the 2 replicated bytes). nanotron keeps bf16 grads and an fp32 accumulation buffer; its
 ZeRO-1 adds a bf16 buffer (2 + 2/d) that the measurements show and that matches a gather buffer
-for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's layout.
+for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's layout. Its ZeRO-0
+runs with one data-parallel rank hold 2 bytes per parameter less (178 runs, all about 10% under
+the 20-byte layout): its trainer wraps the model in torch DDP, whose bf16 gradient buckets these
+are, only when there is more than one data-parallel rank (`make_ddp` in nanotron's trainer).
 """
 from __future__ import annotations
 
@@ -24,11 +27,12 @@ import math
 ROLES = ("weights", "grads", "master", "optimizer")
 
 
-def bytes_per_param(framework: str, zero: int) -> dict[str, tuple[float, float]]:
-    """Role -> (replicated bytes, sharded bytes) per parameter."""
+def bytes_per_param(framework: str, zero: int, dp: int = 2) -> dict[str, tuple[float, float]]:
+    """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
+    (no DDP buckets with one data-parallel rank)."""
     if framework == "nanotron" and zero <= 1:
         if zero == 0:
-            return {"weights": (2, 0), "grads": (6, 0), "master": (4, 0), "optimizer": (8, 0)}
+            return {"weights": (2, 0), "grads": (6 if dp > 1 else 4, 0), "master": (4, 0), "optimizer": (8, 0)}
         return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
     if framework == "megatron":
         w, g, m, o = 2, 4, 4, 8          # bf16 weights, fp32 main grads, fp32 master, Adam m and v

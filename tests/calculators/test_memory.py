@@ -51,9 +51,10 @@ def test_model_states_equal_a_real_model_with_adamw():
     ("megatron", 0, 8, 18), ("megatron", 1, 8, 6 + 12 / 8),      # Megatron-LM distributed optimizer docs
     ("deepspeed", 1, 64, 4 + 12 / 64), ("deepspeed", 2, 64, 2 + 14 / 64), ("deepspeed", 3, 64, 16 / 64),
     ("fsdp2", 3, 8, 16 / 8), ("nanotron", 0, 8, 20), ("nanotron", 1, 8, 10 + 14 / 8),
+    ("nanotron", 0, 1, 18),                                      # no DDP, so no bf16 grad buckets
 ])
 def test_bytes_per_param(framework, zero, d, expected):
-    layout = bytes_per_param(framework, zero)
+    layout = bytes_per_param(framework, zero, d)
     assert sum(rep + sh / d for rep, sh in layout.values()) == pytest.approx(expected)
 
 

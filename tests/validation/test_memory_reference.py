@@ -20,6 +20,7 @@ def test_memory_targets():
     c = check()
     assert c.runs_ok >= 1700
     assert c.alloc_median_error <= 0.10
+    assert c.alloc_p90_error <= 0.03      # 6.7% while nanotron's one-replica runs were given DDP's buckets
     assert c.accuracy >= 0.97
     assert c.oom_called_fit <= 0.02
 
