@@ -268,8 +268,11 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     peak = gpu.bf16_tflops * 1e12
     mflops = fl.model_flops_per_token(model, par.seq)
     # with recompute per rank, each rank's layers at its own mode
-    hflops = sum(len(rank_layers) * fl.hardware_flops_per_token(model, par.seq, par.rank_recompute(r))
-                 for r, rank_layers in enumerate(layers)) / model.layers
+    layers_by_mode = {}
+    for r, rank_layers in enumerate(layers):
+        mode = par.rank_recompute(r)
+        layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
+    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode) for mode, n in layers_by_mode.items()) / model.layers
     busiest = max(range(p), key=lambda r: timeline.busy[r])
     breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
                            layers[busiest], model, m, timeline, tail_parts)
