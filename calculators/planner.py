@@ -11,7 +11,8 @@ Alpa's two levels, specialised to transformers:
   `ilp.py` shows the integer program Alpa solves for this level on one layer.
 
 Search (`plan`): every valid (tp, cp, ep, pp, dp) is first checked at its most frugal setting
-(highest allowed ZeRO stage, most recompute, smallest micro-batch, 1F1B); one that does not fit
+(highest allowed ZeRO stage, most recompute, smallest micro-batch, 1F1B; with one data-parallel
+replica ZeRO shards nothing, so only the lowest stage allowed is tried); one that does not fit
 there is dropped with its reason. For the rest, every (schedule, vpp, mbs, ZeRO) takes the least
 recompute that fits (less recompute is never slower), falling back on an uneven layer split before
 recomputing more; each candidate is scored with the closed-form pipeline time
@@ -186,7 +187,7 @@ class _Search:
                 tp = sizes["tp"] > 1
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       gbs=self.gbs, mbs=min(sp["mbs"]),
-                                      zero=max(sp["zero"]), recompute=sp["recompute"][-1], precision=sp["precision"][0],
+                                      zero=self.zero_stages(sizes["dp"], sizes.get("cp", 1))[0], recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=sp["vpp"][0] if "1f1b" not in sp["schedule"]
                                       and sp["schedule"][0] == "interleaved" else 1)
@@ -219,6 +220,13 @@ class _Search:
     def first_fit(self):
         return next(self.frugal(), None)
 
+    def zero_stages(self, dp: int, cp: int) -> list:
+        """The ZeRO stages to try, most frugal first. With one data-parallel replica (dp x cp = 1)
+        ZeRO shards nothing: it saves no memory (nanotron's ZeRO-1 even adds a gather buffer), so
+        only the lowest stage allowed is tried, not a duplicate plan per stage."""
+        stages = sorted(self.space["zero"], reverse=True)
+        return stages if dp * cp > 1 else stages[-1:]
+
     def _expand(self, base):
         """Every schedule, ZeRO stage and micro-batch with the least recompute that fits. Memory
         only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
@@ -228,7 +236,7 @@ class _Search:
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
-                    for zero in sorted(sp["zero"], reverse=True):
+                    for zero in self.zero_stages(base.dp, base.cp):
                         fitted = False
                         for mbs in sorted(sp["mbs"]):
                             if self.gbs % (base.dp * mbs):

@@ -103,6 +103,17 @@ def test_more_memory_never_gives_a_slower_best_plan(memory, extra, nodes, seq):
         assert b.plans[0].step.time_s <= a.plans[0].step.time_s * (1 + 1e-9)
 
 
+def test_one_data_parallel_replica_gets_no_zero_stage_that_shards_nothing():
+    """nanotron's ZeRO-1 with dp = 1 shards nothing and adds a gather buffer; the planner must not
+    call the layout out of memory at that 'most frugal' stage when ZeRO-0 fits (80B, tp 8, pp 4 on
+    4 nodes: measured, 45 GiB allocated)."""
+    m, c = model_from_name("nanotron-80b"), ClusterSpec(H100, nodes=4, gpus_per_node=8)
+    space = {"framework": "nanotron", "zero": [0, 1], "tp": 8, "pp": 4, "recompute": ["none"], "schedule": ["1f1b"],
+             "mbs": [1], "uneven_split": False}
+    result = plan(m, c, seq=4096, gbs=256, constraints=space)
+    assert [(p.par.dp, p.par.zero) for p in result.plans] == [(1, 0)]
+
+
 def test_constraints_are_obeyed_and_bad_ones_are_explained():
     cluster = ClusterSpec(H100, nodes=2)
     model = model_from_name("llama3-8b")
