@@ -17,7 +17,10 @@
    nanotron's host floors (frameworks.host_scale: its host issues a layer more slowly when its
    pipeline or TP crosses nodes) were fitted on the 1.34B and 3.57B runs; the table beside them
    gives the larger models' runs, held out, and the runs where both cross nodes, predicted.
-3. Picking. Within each (model, nodes) cell, the measured config the model predicts fastest
+3. Noise floor. Runs that differ only in ZeRO stage (0 or 1; the model puts them within a few
+   percent of each other) were measured as separate jobs: how far apart each such pair is, per
+   node count, bounds what any model of the layout alone can reach.
+4. Picking. Within each (model, nodes) cell, the measured config the model predicts fastest
    among those it predicts to fit: its measured throughput over the best measured one (the
    scored runs only).
 """
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from calculators.calibrate import fit_network
 from calculators.comm import bus_bandwidth, whole_cluster
@@ -58,6 +61,7 @@ class TimeCheck:
     before_fix: tuple = (0, 0.0)  # PP runs before nanotron's PP fix: (runs, median signed error)
     by_layout: dict = None       # layout kind -> (runs, median, p90, median signed)
     host_fit: dict = None        # (layout kind, "fitted" or "held out") -> (runs, median, p90, median signed)
+    twins: dict = None           # nodes -> (pairs, median spread, p90 spread, pairs over 2x apart)
 
 
 LAYOUTS = ("no pipeline, TP inside a node", "no pipeline, TP across nodes", "pipeline inside one node",
@@ -158,7 +162,21 @@ def check() -> TimeCheck:
                      p90_error=_pct(ab, 0.9), one_node=one[:3], by_nodes=by_nodes,
                      pick_ratio=statistics.mean(ratios), cells=len(ratios),
                      before_fix=(len(before_fix), statistics.median(before_fix) if before_fix else 0.0),
-                     by_layout=by_layout, host_fit=host_fit)
+                     by_layout=by_layout, host_fit=host_fit, twins=twin_spread(runs))
+
+
+def twin_spread(runs) -> dict:
+    """Per node count, over pairs of scored runs identical but for ZeRO 0 vs 1: (pairs, median and
+    90th percentile of faster / slower - 1, pairs more than 2x apart)."""
+    pairs = defaultdict(list)
+    for r in runs:
+        if r.outcome == "ok" and r.tokens_per_s_per_gpu and scored(r):
+            pairs[(r.model.name, r.cluster.nodes, replace(r.par, zero=0))].append(r.tokens_per_s_per_gpu)
+    spread = defaultdict(list)
+    for (_, nodes, _), tps in pairs.items():
+        if len(tps) == 2:
+            spread[nodes].append(max(tps) / min(tps) - 1)
+    return {n: (len(xs), statistics.median(xs), _pct(xs, 0.9), sum(x > 1 for x in xs)) for n, xs in sorted(spread.items())}
 
 
 def scored(run) -> bool:
@@ -192,6 +210,10 @@ def main() -> None:
         fitted = part == "fitted" and k != LAYOUTS[5]
         print(f"| {k} | {'1.34B, 3.57B' if part == 'fitted' else 'the larger ones'} ({'fitted' if fitted else 'predicted'}) "
               f"| {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
+    print("\n## Noise floor: runs identical but for ZeRO 0 vs 1, measured in separate jobs\n")
+    print("| nodes | pairs | median spread | p90 spread | pairs over 2x apart |\n|---|---|---|---|---|")
+    for n, (k, med, p90, over) in c.twins.items():
+        print(f"| {n} | {k} | {med:.0%} | {p90:.0%} | {over} |")
     print(f"\n## Picking the fastest config per (model, nodes) cell\n\n{c.cells} cells: the config predicted "
           f"fastest reaches on average {c.pick_ratio:.1%} of the best measured throughput.")
 
