@@ -169,13 +169,16 @@ def plans_bar(plans: list[dict]) -> Figure:
 
 
 def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
-    by_nodes: dict = {}
+    """One trace per node count for measured runs; a point with a `series` (a published table)
+    goes in that series' trace, drawn as larger diamonds."""
+    groups: dict = {}
     for p in points:
-        by_nodes.setdefault(p["nodes"], []).append(p)
+        groups.setdefault((1, p["series"]) if p.get("series") else (0, p["nodes"]), []).append(p)
     data = [dict(type="scattergl", x=[p["measured"] for p in pts], y=[p["predicted"] for p in pts], mode="markers",
-                 name=f"{nodes} node{'s' if nodes > 1 else ''}", text=[p["label"] for p in pts],
+                 name=key if published else f"{key} node{'s' if key > 1 else ''}", text=[p["label"] for p in pts],
+                 marker=dict(symbol="diamond", size=11, line=dict(width=1, color="#111")) if published else {},
                  hovertemplate="%{text}<br>measured %{x:.3g}<br>predicted %{y:.3g}<extra></extra>")
-            for nodes, pts in sorted(by_nodes.items())]
+            for (published, key), pts in sorted(groups.items())]
     lo = min(min(p["measured"], p["predicted"]) for p in points)
     hi = max(max(p["measured"], p["predicted"]) for p in points)
     data.append(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",

@@ -1,13 +1,16 @@
-"""Convert the Ultra-Scale Playbook's nanotron runs into benchmark result rows (our schema), with
-their citation and the calculators' prediction, for benchmarks/results/.
+"""Convert the Ultra-Scale Playbook's nanotron runs, and the runs NVIDIA published for Megatron-
+Bridge and NeMo, into benchmark result rows (our schema), with their citation and the calculators'
+prediction, for benchmarks/results/.
 
-    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl
+    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl and published.jsonl
 
 Runs with a clear outcome only: measured (status ok: tokens/s/GPU, MFU from our FLOPs
 convention, memory allocated between steps and peak reserved, GiB, and the bus bandwidths the
 job measured) and out of memory (status oom). Runs that timed out or crashed for other reasons
 are left out (validation/data/README.md). The prediction is the calculators' answer at the time
 of conversion, trimmed to the estimate contract's keys; the app recomputes the current one.
+Published runs (validation/published.py) carry tokens/s/GPU and the framework's own model TFLOP/s
+per GPU; a layout the calculators cannot express carries the reason as its prediction's error.
 """
 from __future__ import annotations
 
@@ -20,9 +23,11 @@ from benchmarks import results
 from calculators.errors import ConfigError
 from calculators.flops import model_flops_per_token
 from calculators.scenario import evaluate
+from validation import published
 from validation.nanotron import DATA, SOURCE, load_runs
 
 OUT = results.BUNDLED / "nanotron_h100.jsonl"
+PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
 MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits")
 STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
@@ -33,7 +38,7 @@ def _scenario(run) -> dict:
     model.pop("source")
     par = dataclasses.asdict(run.par)
     par["split"], par["recompute_ranks"] = list(par["split"]), list(par["recompute_ranks"])
-    return {"model": model, "hardware": {"gpu": "H100-80GB", "nodes": run.cluster.nodes,
+    return {"model": model, "hardware": {"gpu": run.cluster.gpu.name, "nodes": run.cluster.nodes,
                                          "gpus_per_node": run.cluster.gpus_per_node}, "parallel": par}
 
 
@@ -72,8 +77,24 @@ def rows() -> list[dict]:
     return out
 
 
-def main(path: Path = OUT) -> int:
-    data = rows()
+def published_rows() -> list[dict]:
+    out = []
+    for run in published.load_runs():
+        scenario = _scenario(run)
+        metrics = {"tokens_per_s_per_gpu": run.tokens_per_s_per_gpu,
+                   "step_time_s": run.par.tokens_per_step / (run.tokens_per_s_per_gpu * run.par.world),
+                   "framework_model_tflops_per_gpu": run.model_tflops_per_gpu}
+        row = results.make_row("train", {"framework": "megatron", "release": f"{run.source} {run.release}",
+                                         "system": run.system, "scenario": scenario}, "ok", metrics=metrics,
+                               prediction=_prediction(scenario),
+                               host={"device": "cuda", "gpu": run.cluster.gpu.name, "gpus": run.par.world,
+                                     "nodes": run.cluster.nodes}, source=published.SOURCES[run.source])
+        row["time"] = "published"
+        out.append(row)
+    return out
+
+
+def _write(path: Path, data: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
@@ -81,6 +102,11 @@ def main(path: Path = OUT) -> int:
             fh.write(results.dumps(r))
     tmp.replace(path)
     print(f"wrote {len(data)} rows to {path}")
+
+
+def main(path: Path = OUT, published_path: Path = PUBLISHED_OUT) -> int:
+    _write(path, rows())
+    _write(published_path, published_rows())
     return 0
 
 

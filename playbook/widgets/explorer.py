@@ -74,11 +74,19 @@ def compute(v: dict):
     pts, problems = _points((v.get("local") or "").strip(), v["metric"], v["model"] or "", v["nodes"])
     if not pts:
         raise ConfigError("no measured rows match these filters: widen them (model, nodes) or add results")
-    errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in pts)
-    text = (f"{len(pts)} runs; median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**. Predictions are "
-            f"the ones stored with each run (default hardware profile: the nominal network, which the runs on many "
-            f"nodes did not reach). Sources: "
-            + "; ".join(sorted({p['source'] for p in pts})))
+    def median_error(ps):
+        errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in ps)
+        return f"median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**"
+
+    measured = [p for p in pts if not p["series"]]
+    tables = [p for p in pts if p["series"]]
+    parts = [f"{len(measured)} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
+             f"each run (default hardware profile: the nominal network, which the runs on many nodes did not "
+             f"reach)."] if measured else []
+    if tables:
+        parts.append(f"Diamonds: {len(tables)} runs from published tables (other frameworks and GPUs, nothing "
+                     f"fitted to them); {median_error(tables)}.")
+    text = " ".join(parts) + " Sources: " + "; ".join(sorted({p['source'] for p in pts}))
     text += "".join(f"\n\n> skipped {p}" for p in problems[:5])
     return measured_vs_predicted(pts, v["metric"]), text
 
@@ -97,22 +105,33 @@ def _match(sources: tuple, metric: str, model: str, nodes_filter: str) -> tuple[
         if r["suite"] != "train" or r["status"] != "ok":
             continue
         sc = r["config"].get("scenario", {})
-        if metric == "tokens/s/GPU" and r["config"].get("after_pp_fix") is False and sc.get("parallel", {}).get("pp", 1) > 1:
-            before_fix += 1                          # nanotron's multi-node PP bug, not the model's error
-            continue
         name = sc.get("model", {}).get("name", "")
         nodes = sc.get("hardware", {}).get("nodes", 1)
         if v["model"] and v["model"].lower() not in name.lower() or v["nodes"] != "all" and str(nodes) != v["nodes"]:
             continue
+        if metric == "tokens/s/GPU" and r["config"].get("after_pp_fix") is False and sc.get("parallel", {}).get("pp", 1) > 1:
+            before_fix += 1                          # nanotron's multi-node PP bug, not the model's error
+            continue
         got, want = _value(r, v["metric"])
         if got and want:
-            par = sc.get("parallel", {})
-            pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
-                        "label": f"{name} dp{par.get('dp')} tp{par.get('tp')} pp{par.get('pp')} mbs{par.get('mbs')} "
-                                 f"zero{par.get('zero')}", "source": r.get("source", "your run")})
+            pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes, "label": _label(r, name),
+                        "source": r.get("source", "your run"),
+                        "series": f"published: {release}" if (release := r["config"].get("release")) else ""})
     note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
             "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
     return pts, note + list(problems)
+
+
+def _label(row: dict, name: str) -> str:
+    """The hover text: the layout, and for a published table's row also its system and release."""
+    c = row["config"]
+    par = c.get("scenario", {}).get("parallel", {})
+    extra = "".join(f" {k}{par[k]}" for k in ("vpp", "cp", "ep") if par.get(k, 1) > 1)
+    text = (f"{name} dp{par.get('dp')} tp{par.get('tp')} pp{par.get('pp')}{extra} mbs{par.get('mbs')} "
+            f"zero{par.get('zero')}")
+    if c.get("release"):
+        text += f" {par.get('precision', '')}, {c.get('system', '')} x{row.get('host', {}).get('gpus', '?')} ({c['release']})"
+    return text
 
 
 def build(wid: str, params: dict) -> Widget:

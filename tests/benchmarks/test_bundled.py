@@ -15,3 +15,18 @@ def test_bundled_nanotron_results_are_the_converted_source():
     assert all(r["metrics"]["tokens_per_s_per_gpu"] > 0 for r in ok)
     assert all("step" in r["prediction"] or "error" in r["prediction"] for r in bundled)
     assert "Ultra-Scale Playbook" in bundled[0]["source"]
+
+
+def test_bundled_published_runs_are_the_converted_tables_with_their_predictions():
+    from validation import published
+    loaded = results.load(results.BUNDLED / "published.jsonl")
+    assert loaded.problems == []
+    fresh = bundle.published_rows()
+    assert len(loaded.rows) == len(fresh) == len(published.load_runs()) >= 20
+    for a, b, check in zip(loaded.rows, fresh, published.check()):
+        assert (a["config"], a["metrics"], a["source"]) == (b["config"], b["metrics"], b["source"])
+        assert a["metrics"]["tokens_per_s_per_gpu"] == check.run.tokens_per_s_per_gpu
+        if check.predicted is None:                  # not expressible: the reason travels with the row
+            assert a["prediction"]["error"] == check.reason
+        else:                                        # the bundled prediction is validation.published's
+            assert a["prediction"]["step"]["tokens_per_s_per_gpu"] == check.predicted
