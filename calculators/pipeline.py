@@ -337,6 +337,10 @@ def inflight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -
         return float(m)
     if schedule == "dualpipe" and m >= 2 * pp:
         return pp + 0.5
+    if schedule == "interleaved" and m % pp == 0:
+        # Megatron's warm-up: 2 (p - r - 1) + (v - 1) p chunks before the first backward, plus
+        # the one in flight; in units of the rank's v chunks
+        return min(2 * (pp - rank - 1) + (vpp - 1) * pp + 1, m * vpp) / vpp
     return _peaks(schedule, pp, vpp if schedule == "interleaved" else 1, m)[rank]
 
 

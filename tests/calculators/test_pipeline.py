@@ -127,10 +127,14 @@ def _timed(fn) -> float:
 
 
 def test_inflight_closed_forms_equal_the_simulated_peaks():
-    """inflight_microbatches answers gpipe, 1f1b, zb and dualpipe in closed form for speed; the
+    """inflight_microbatches answers gpipe, 1f1b, zb, dualpipe and interleaved in closed form for speed; the
     simulator's order-derived peaks stay the definition."""
     for p in range(2, 9):
         for m in range(1, 40):
             for schedule in ("gpipe", "1f1b", "zb") + (("dualpipe",) if m >= 2 * p else ()):
                 peaks = _peaks(schedule, p, 1, m)
                 assert [inflight_microbatches(schedule, p, 1, m, r) for r in range(p)] == list(peaks), (schedule, p, m)
+            for v in range(2, 5):                    # interleaved: m a multiple of p (Megatron's rule)
+                if m % p == 0:
+                    got = [inflight_microbatches("interleaved", p, v, m, r) for r in range(p)]
+                    assert got == pytest.approx(_peaks("interleaved", p, v, m)), (p, v, m)
