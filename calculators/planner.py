@@ -186,8 +186,8 @@ class _Search:
             try:
                 tp = sizes["tp"] > 1
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
-                                      gbs=self.gbs, mbs=min(sp["mbs"]),
-                                      zero=self.zero_stages(sizes["dp"], sizes.get("cp", 1))[0], recompute=sp["recompute"][-1], precision=sp["precision"][0],
+                                      gbs=self.gbs, mbs=min(sp["mbs"]), zero=self.zero_stages(sizes["dp"], sizes["cp"])[0],
+                                      recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=sp["vpp"][0] if "1f1b" not in sp["schedule"]
                                       and sp["schedule"][0] == "interleaved" else 1)
