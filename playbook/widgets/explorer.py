@@ -1,5 +1,7 @@
 """Benchmark explorer: measured vs predicted for every result row, bundled (benchmarks/results/)
-and the user's own (a results directory), filtered by model, node count and status.
+and the user's own (a results directory), filtered by model, node count and status. Measured runs
+are drawn per node count; rows from a published table (their config names a `release`) are their
+own series, one per release, with their own median error.
 
 Each row carries the prediction the calculators made when it was recorded (the result schema's
 `prediction`), so this plot is one join away and costs nothing to redraw. Throughput compares
