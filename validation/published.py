@@ -5,8 +5,8 @@
 The time model was developed against one source (nanotron on one H100 cluster). This checks it,
 unchanged and with the default hardware profiles, against runs another framework published:
 NVIDIA's Megatron-Bridge and NeMo performance tables (Megatron-Core with Transformer Engine, FP8,
-interleaved pipelines, context and expert parallelism, DGX H100 and DGX B200). Nothing is fitted
-to them.
+interleaved pipelines, context and expert parallelism, DGX H100 and DGX B200), and Megatron-LM's
+later MoE recipes for the same Qwen3-30B-A3B on H100. Nothing is fitted to them.
 
 Each row of validation/data/published_runs.csv is one published run in our schema; the file's
 README says where each came from and how its columns were read. A run the calculators cannot
@@ -36,8 +36,10 @@ SOURCES = {
                        "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary-archive.md",
     "nemo": "NVIDIA NeMo Framework 24.12 performance summary, "
             "docs.nvidia.com/nemo-framework/user-guide/24.12/performance/performance_summary.html",
+    "megatron-lm": "Megatron-LM MoE recipes (examples/moe_recipes), model TFLOP/s/GPU measured in "
+                   "github.com/NVIDIA/Megatron-LM/pull/5728",
 }
-SYSTEMS = {"DGX-H100": "H100-80GB", "DGX-B200": "B200"}
+SYSTEMS = {"DGX-H100": "H100-80GB", "DGX-B200": "B200", "H100-SXM": "H100-80GB"}
 COLUMNS = ("source", "release", "system", "model", "gpus", "precision", "gbs", "mbs", "seq", "zero", "tp", "pp",
            "cp", "vpp", "ep", "etp", "tp_overlap", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "note")
 
@@ -138,8 +140,10 @@ def flops_convention(r: Result, tol: float = 0.02) -> str:
 def summary(results: list[Result]) -> dict:
     """{group: (runs, median abs error, max abs error, median signed)} over the scored runs."""
     out = {}
-    groups = {"all": lambda r: True, "dense": lambda r: r.run.model.moe is None,
-              "mixture of experts": lambda r: r.run.model.moe is not None}
+    moe = lambda r: r.run.model.moe is not None                                    # noqa: E731
+    groups = {"all": lambda r: True, "dense": lambda r: not moe(r), "mixture of experts": moe}
+    groups.update({f"mixture of experts, {src}": (lambda r, src=src: moe(r) and r.run.source == src)
+                   for src in SOURCES})
     for name, keep in groups.items():
         es = [r.error for r in results if r.error is not None and keep(r)]
         if es:

@@ -2,8 +2,9 @@
 
 Nothing is fitted to these runs: they check that the model, developed on nanotron's, carries to
 Megatron-Core on DGX H100 and B200 with FP8, interleaved pipelines and context parallelism. The
-dense runs meet the time-model issue's 15% / 35%; the mixture-of-experts runs do not (the model
-is about twice too fast on them; README), so they are reported, not asserted on.
+dense runs meet the time-model issue's 15% / 35%, and so do Megatron-LM's 2026 Qwen3-30B-A3B
+recipes. The Megatron-Bridge tables' Qwen3-30B-A3B rows ran at half the recipes' throughput on
+the same GPUs (README), so those are reported, not asserted on.
 """
 import subprocess
 import sys
@@ -25,6 +26,14 @@ def test_dense_runs_of_another_framework_meet_the_targets():
     for r in results:
         assert (r.predicted is None) == bool(r.reason)
         assert r.predicted is None or r.predicted > 0
+
+
+def test_later_moe_recipes_are_predicted_like_the_dense_runs():
+    """Qwen3-30B-A3B, 128 experts of 768, top 8, EP 8 on 32 H100: the expert GEMMs, dispatch and
+    all-to-all as modelled account for a tuned stack's throughput in BF16 and in FP8."""
+    rows = [r for r in check() if r.run.source == "megatron-lm"]
+    assert {r.run.par.precision for r in rows} == {"bf16", "fp8"}
+    assert all(r.run.model.moe is not None and abs(r.error) <= 0.2 for r in rows), [r.error for r in rows]
 
 
 def test_flops_per_token_match_the_frameworks_own_count():
