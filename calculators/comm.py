@@ -83,6 +83,26 @@ def group(axes, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) 
     return Group(n, per_node, math.ceil(n / per_node), sharing=cluster.nodes)
 
 
+def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) -> Group:
+    """The placement of an expert-parallel group (`kind` "ep": the all-to-all) or of an expert's
+    data-parallel replicas ("edp": its gradient reduction). Megatron folds the experts onto the
+    ranks of one pipeline stage (tp*cp*dp of them) as its own grid, expert TP innermost, then EP,
+    then the edp = tp*cp*dp / (etp*ep) replicas: with etp=1 an EP group is consecutive ranks even
+    when TP > 1 (tp=2, ep=32: 32 ranks on 4 nodes, not 16 spread over 4)."""
+    if kind not in ("ep", "edp"):
+        raise ConfigError(f"expert group kind must be 'ep' or 'edp' (got {kind!r})")
+    sizes = axis_sizes(par)
+    edp = max(1, par.tp * par.cp * par.dp // (par.ep * par.etp))
+    n, stride = (par.ep, par.etp) if kind == "ep" else (edp, par.etp * par.ep)
+    if n == 1:
+        return Group(1, 1, 1)
+    stage_block = math.prod(sizes[a] for a in order[:order.index("pp")])   # a stage's ranks lie in blocks
+    if stride >= stage_block:                                                # of this many, pp blocks apart
+        stride *= par.pp
+    per_node = min(n, max(1, cluster.gpus_per_node // stride))
+    return Group(n, per_node, math.ceil(n / per_node), sharing=cluster.nodes)
+
+
 def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:
     """Bus bandwidth, bytes/s, of one GPU on a tier for one collective."""
     gbps = cluster.intra_node_gbps if tier == "intra" else cluster.inter_node_gbps

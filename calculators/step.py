@@ -37,7 +37,7 @@ from functools import lru_cache
 
 from . import flops as fl
 from .activations import BF16, tokens
-from .comm import collective_time, group
+from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
 from .frameworks import grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
@@ -86,7 +86,7 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
         out["cp"] = (fwd, 2 * fwd, hidden)
     if moe_layer and par.ep > 1:
-        g = group("ep", par, cluster)
+        g = expert_group("ep", par, cluster)
         a2a = 2 * collective_time("all_to_all", act * model.moe.top_k / (par.tp if par.sp else 1), g, cluster, profile)
         out["ep"] = (a2a, a2a, 1.0 if par.schedule == "dualpipe" else profile.overlap["ep"])
     return out
@@ -228,7 +228,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
 
     # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
     tail, tail_parts = 0.0, {}
-    dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), group("dp", par, cluster)
+    dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
     per_tensors = {moe: _layer_tensors(model, par, moe) for moe in model.layer_kinds}

@@ -1,7 +1,7 @@
 """Collectives: placement on the rank grid, the cost formulas, and the docstring's worked example."""
 import pytest
 
-from calculators.comm import Group, bus_bandwidth, collective_time, group, whole_cluster
+from calculators.comm import Group, bus_bandwidth, collective_time, expert_group, group, whole_cluster
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.parallel import ParallelConfig
@@ -24,6 +24,25 @@ def test_megatron_rank_order_puts_tp_inside_a_node_and_dp_pp_across():
     assert group(("cp", "ep", "dp"), par, cluster) == Group(8, 4, 2)
     with pytest.raises(ConfigError, match="permutation"):
         group("tp", par, cluster, order=("tp", "dp", "pp"))
+
+
+def test_expert_groups_fold_over_the_stage_as_megatron_does():
+    """Experts sit on their own grid over one stage's tp*cp*dp ranks: expert TP, then EP, then the
+    replicas. Qwen3-235B's recipe (tp 2, etp 1, ep 32, pp 8 on 256 GPUs): 32 consecutive ranks, all
+    8 GPUs of 4 nodes, each expert held once; with etp = tp (Mixtral, tp 2, ep 8) EP members are tp
+    apart, and the 2 replicas of an expert sit 16 ranks apart, on other nodes."""
+    cluster = ClusterSpec(H100, nodes=32)
+    qwen = ParallelConfig(tp=2, etp=1, ep=32, pp=8, dp=16, gbs=2048)
+    assert expert_group("ep", qwen, cluster) == Group(32, 8, 4, sharing=32)
+    assert expert_group("edp", qwen, cluster) == Group(1, 1, 1)
+    mix = ParallelConfig(tp=2, ep=8, dp=16, gbs=64)
+    assert expert_group("ep", mix, ClusterSpec(H100, nodes=4)) == Group(8, 4, 2, sharing=4)
+    assert expert_group("edp", mix, ClusterSpec(H100, nodes=4)) == Group(2, 1, 2, sharing=4)
+    staged = ParallelConfig(tp=1, ep=4, dp=4, pp=2, gbs=64)       # pp innermost: a stage's ranks are 2 apart
+    assert expert_group("ep", staged, ClusterSpec(H100, nodes=1), order=("pp", "tp", "cp", "ep", "dp")) == \
+        Group(4, 4, 1, sharing=1)
+    with pytest.raises(ConfigError, match="'ep' or 'edp'"):
+        expert_group("dp", mix, cluster)
 
 
 def test_worked_example_of_the_docstring():
