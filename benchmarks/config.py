@@ -60,7 +60,7 @@ class RunSpec:
     recompute: str = "none"
     schedule: str = "1f1b"
     precision: str = "bf16"      # bf16 (autocast / FSDP2 mixed precision) | fp32 (CPU checks) | fp8
-    split: tuple = ()            # layers per pipeline rank
+    split: tuple = ()            # layers per pipeline stage (pp*vpp of them interleaved)
     recompute_ranks: tuple = ()  # recompute per pipeline rank, e.g. full,none (then recompute is their most)
     steps: int = 5               # timed steps
     warmup: int = 2
@@ -159,7 +159,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         if f.type in ("bool", bool):
             ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         elif f.name == "split":
-            ap.add_argument(flag, default="", help="layers per pipeline rank, e.g. 9,8,8,7")
+            ap.add_argument(flag, default="", help="layers per pipeline stage, e.g. 9,8,8,7 (pp*vpp of them interleaved)")
         elif f.name == "recompute_ranks":
             ap.add_argument(flag, default="", help="recompute per pipeline rank, e.g. full,full,none,none")
         else:

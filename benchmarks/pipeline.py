@@ -32,8 +32,13 @@ __all__ = ["SCHEDULES", "MULTI", "stage_ids", "stage_layers", "stages_per_rank",
 
 def check(run, model_layers: int, microbatches: int, p: int) -> None:
     problems = []
-    if run.split and stages_per_rank(run.schedule, run.vpp) != 1:
-        problems.append("--split is for one stage per rank (gpipe, 1f1b); drop it or change the schedule")
+    if run.split and run.schedule in ("zb", "dualpipe"):
+        problems.append(f"--split gives layers per stage in order (gpipe, 1f1b, interleaved); {run.schedule} "
+                        "folds its stages into a V: drop --split or change the schedule")
+    elif run.split and len(run.split) != p * stages_per_rank(run.schedule, run.vpp):
+        problems.append(f"--split lists {len(run.split)} stages; pp={p}"
+                        + (f" x vpp={run.vpp}" if run.schedule == "interleaved" else "")
+                        + f" needs {p * stages_per_rank(run.schedule, run.vpp)}")
     if run.schedule != "interleaved" and run.vpp != 1:
         problems.append(f"vpp={run.vpp} needs --schedule interleaved")
     if run.schedule in ("zb", "dualpipe") and microbatches < 2 * p:

@@ -14,7 +14,8 @@ import json
 from .hardware import ClusterSpec
 from .memory import stage_layers
 from .models import ModelSpec
-from .parallel import ParallelConfig
+from .errors import ConfigError
+from .parallel import ParallelConfig, megatron_split
 
 FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
@@ -63,13 +64,17 @@ def _megatron(model, cluster, par, _ref):
         a.append("--tp-comm-overlap")
     if par.ep > 1:
         a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
-    if par.schedule == "interleaved":
-        a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // (par.pp * par.vpp)}")
-    if par.split:
-        stages = ["E" if r == 0 else "" for r in range(par.pp)]
-        layout = "|".join(s + f"t*{n}" + (",L" if r == par.pp - 1 else "")
-                          for r, (s, n) in enumerate(zip(stages, par.split)))
+    stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
+    if par.split and _is_megatron_split(model, par.split):
+        a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+        if par.schedule == "interleaved":
+            a.append(f"--num-layers-per-virtual-pipeline-stage {par.split[1]}")
+    elif par.split:
+        layout = "|".join(("E" if st == 0 else "") + f"t*{n}" + (",L" if st == stages - 1 else "")
+                          for st, n in enumerate(par.split))
         a.append(f'--pipeline-model-parallel-layout "{layout}"')
+    elif par.schedule == "interleaved":
+        a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}")
     if par.zero == 1:
         a.append("--use-distributed-optimizer")
     elif par.zero >= 2:
@@ -87,6 +92,13 @@ def _megatron(model, cluster, par, _ref):
     if par.schedule == "gpipe":
         notes.append("Megatron-LM runs 1F1B, not GPipe; 1F1B has the same bubble with less memory")
     return " \\\n    ".join(a), notes
+
+
+def _is_megatron_split(model, split) -> bool:
+    try:
+        return len(split) > 2 and tuple(split) == megatron_split(model.layers, len(split))
+    except ConfigError:
+        return False
 
 
 def _torchtitan(model, cluster, par, _ref):

@@ -19,7 +19,7 @@ from .frameworks import bytes_per_param, retained_buffers
 from .hardware import ClusterSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig, check_layout
-from .pipeline import inflight_microbatches
+from .pipeline import inflight_microbatches, n_stages, stages_of_rank
 
 GIB = 2**30
 USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validation/memory.py)
@@ -74,30 +74,32 @@ class MemoryEstimate:
 
 
 def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
-    """Layer indices held by each pipeline rank.
+    """Layer indices held by each pipeline rank: its pipeline stages' layers (pipeline_stages),
+    in layer order. p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7];
+    DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1 [2, 3, 4, 5].
+    """
+    stages = pipeline_stages(model, par)
+    return [[layer for st in sorted(stages_of_rank(par.schedule, par.pp, par.vpp, r)) for layer in stages[st]]
+            for r in range(par.pp)]
 
-    Even split, earlier ranks taking the remainder (np.array_split), with virtual stages dealt
-    round-robin: p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7]; DualPipeV
-    folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1 [2, 3, 4, 5].
-    `par.split` (the planner's choice) gives each rank its count of contiguous layers.
-    nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank
-    is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the
-    output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
+
+def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
+    """Contiguous layer indices of each pipeline stage, first to last (p*v stages interleaved,
+    2p with DualPipeV; stage i runs on pipeline.stages_of_rank's rank).
+
+    Even split, earlier stages taking the remainder (np.array_split). `par.split` (the planner's
+    choice, or Megatron's embedding-and-loss split, parallel.megatron_split) gives each stage its
+    count. nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and
+    a rank is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072,
+    p=4: the output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
     """
     L, p, v = model.layers, par.pp, par.vpp
-    if par.split:
-        starts = [sum(par.split[:r]) for r in range(p)]
-        return [list(range(s, s + n)) for s, n in zip(starts, par.split)]
-    if par.framework == "nanotron" and v == 1 and p > 1:
+    if par.framework == "nanotron" and v == 1 and p > 1 and not par.split:
         return _cost_split(model, p)
-    chunks = 2 * p if par.schedule == "dualpipe" else p * v
-    sizes = [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
+    chunks = n_stages(par.schedule, p, v)
+    sizes = list(par.split) if par.split else [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
     starts = [sum(sizes[:i]) for i in range(chunks)]
-    if par.schedule == "dualpipe":       # DualPipeV: a V, rank r runs chunks r and 2p-1-r
-        held = [(r, chunks - 1 - r) for r in range(p)]
-    else:
-        held = [tuple(range(r, chunks, p)) for r in range(p)]
-    return [[layer for c in sorted(cs) for layer in range(starts[c], starts[c] + sizes[c])] for cs in held]
+    return [list(range(st, st + n)) for st, n in zip(starts, sizes)]
 
 
 def _cost_split(model: ModelSpec, p: int) -> list[list[int]]:
@@ -194,6 +196,7 @@ class _Context:
             self.statics[key] = self._static(*key)
         role, params, saved, working, other = self.statics[key]
         m = par.microbatches
+        # in units of the rank's whole layers (uneven virtual stages on one rank count at their mean)
         inflight = inflight_microbatches(par.schedule, par.pp, par.vpp, m, rank)
         activations = inflight * saved + working
         if last:

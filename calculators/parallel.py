@@ -38,7 +38,8 @@ class ParallelConfig:
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
-    split: tuple = ()            # layers held by each pipeline rank (first to last); () = even
+    split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
+                                 # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
 
     def __post_init__(self):
@@ -58,7 +59,7 @@ class ParallelConfig:
         require(p, self.schedule in SCHEDULES, f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
         require(p, isinstance(self.split, tuple) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.split),
-            f"parallel.split must list the layers of each pipeline rank, each >= 1 (got {self.split!r})")
+            f"parallel.split must list the layers of each pipeline stage, each >= 1 (got {self.split!r})")
         modes_ok = isinstance(self.recompute_ranks, tuple) and all(r in RECOMPUTE for r in self.recompute_ranks)
         require(p, modes_ok,
                 f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank (got {self.recompute_ranks!r})")
@@ -115,17 +116,21 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     require(p, model.layers >= pp * v,
             f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
     if par.split:
-        require(p, len(par.split) == pp and sum(par.split) == model.layers,
-                f"split={list(par.split)} must give each of the pp={pp} ranks its layers, {model.layers} in all")
-        require(p, v == 1 and par.schedule != "dualpipe",
-                "a non-uniform split needs one stage per rank (vpp=1, a schedule other than dualpipe)")
+        stages = pp * v
+        require(p, len(par.split) == stages and sum(par.split) == model.layers,
+                f"split={list(par.split)} must give each of the pp*vpp = {stages} pipeline stages its layers, "
+                f"{model.layers} in all")
+        require(p, par.schedule != "dualpipe", "a non-uniform split needs a schedule other than dualpipe")
     if par.recompute_ranks:
         require(p, len(par.recompute_ranks) == pp,
                 f"recompute_ranks={list(par.recompute_ranks)} must give each of the pp={pp} ranks its mode")
     if v > 1:
         require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
-        require(p, model.layers % (pp * v) == 0,
-                f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}")
+        require(p, model.layers % (pp * v) == 0 or par.split,
+                f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}, or a split that gives "
+                f"each of the {pp * v} stages its layers" + (
+                    f" (Megatron's, counting the embedding and the loss as layers: {_megatron_hint(model.layers, pp * v)})"
+                    if (model.layers + 2) % (pp * v) == 0 else ""))
     if par.schedule == "interleaved":
         require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
         require(p, m % pp == 0, f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
@@ -165,6 +170,23 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if p:
         raise ConfigError(p)
     return w
+
+
+def megatron_split(layers: int, stages: int) -> tuple:
+    """Layers per pipeline stage as Megatron-LM places them with
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
+    embedding and the loss each take one layer's place, in the first and the last stage, so
+    (layers + 2) must divide evenly (126 layers over 64 stages: 1, 2, ..., 2, 1)."""
+    if stages < 2 or (layers + 2) % stages or (layers + 2) // stages < 2:
+        raise ConfigError([f"Megatron's embedding-and-loss split needs layers + 2 = {layers + 2} divisible by "
+                           f"the {stages} pipeline stages, at least 2 per stage"])
+    n = (layers + 2) // stages
+    return (n - 1,) + (n,) * (stages - 2) + (n - 1,)
+
+
+def _megatron_hint(layers: int, stages: int) -> str:
+    n = (layers + 2) // stages
+    return f"split={n - 1},{n},...,{n},{n - 1}" if n >= 2 else "too few layers"
 
 
 def _divisors(n: int, cap: int) -> list[int]:

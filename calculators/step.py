@@ -41,7 +41,7 @@ from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
 from .frameworks import grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
-from .memory import kind_params, stage_layers
+from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
 from .pipeline import Timeline, n_stages, simulate, stages_of_rank
@@ -147,23 +147,18 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
                                                    lt.backward_weight, profile, mp.recompute == "full", scale)
             parts[(moe, mode)] = (lt, comm, waits)
-    layers = stage_layers(model, par)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
-    per_rank = {}                          # (dense layers, MoE layers, mode) -> work per micro-batch
-    for r, rank_layers in enumerate(layers):
-        n_moe = model.moe_layers_in(rank_layers)
-        mode = par.rank_recompute(r)
-        key = (len(rank_layers) - n_moe, n_moe, mode)
-        if key not in per_rank:
-            per_rank[key] = [sum((n_moe if moe else key[0]) * kinds[(moe, mode)][i] for moe in model.layer_kinds)
-                             for i in range(3)]
-        work = per_rank[key]
-        stages = stages_of_rank(par.schedule, p, v, r)
-        for st in stages:                      # a rank's layers split evenly over its chunks
-            f[st] += work[0] / len(stages)
-            b[st] += work[1] / len(stages)
-            w[st] += work[2] / len(stages)
+    per_stage = {}                         # (dense layers, MoE layers, mode) -> work per micro-batch
+    owner = {st: r for r in range(p) for st in stages_of_rank(par.schedule, p, v, r)}
+    for st, stage in enumerate(pipeline_stages(model, par)):
+        n_moe = model.moe_layers_in(stage)
+        mode = par.rank_recompute(owner[st])
+        key = (len(stage) - n_moe, n_moe, mode)
+        if key not in per_stage:
+            per_stage[key] = [sum((n_moe if moe else key[0]) * kinds[(moe, mode)][i] for moe in model.layer_kinds)
+                              for i in range(3)]
+        f[st], b[st], w[st] = per_stage[key]
     ef, eb = embedding_time(model, par, gpu, profile)
     of, ob, ow = output_layer_time(model, par, gpu, profile)
     f[0] += ef
@@ -180,7 +175,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for st in range(S - 1):
         f[st] += blocking
         b[st + 1] += blocking
-    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, tuple(map(tuple, layers)))
+    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts,
+                      tuple(map(tuple, stage_layers(model, par))))
 
 
 def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:

@@ -10,8 +10,7 @@ later MoE recipes for the same Qwen3-30B-A3B on H100. Nothing is fitted to them.
 
 Each row of validation/data/published_runs.csv is one published run in our schema; the file's
 README says where each came from and how its columns were read. A run the calculators cannot
-express (Megatron's uneven virtual-stage splits, for example) is listed with the reason and not
-scored. The tables also give model TFLOP/s per GPU: divided by tokens/s it is the framework's
+express is listed with the reason and not scored. The tables also give model TFLOP/s per GPU: divided by tokens/s it is the framework's
 FLOPs per token, which checks our FLOP count under the same convention.
 """
 from __future__ import annotations
@@ -25,7 +24,7 @@ from calculators import flops as fl
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.models import ModelSpec
-from calculators.parallel import ParallelConfig, check_layout
+from calculators.parallel import ParallelConfig, check_layout, megatron_split
 from calculators.presets import model_from_name
 from calculators.profiles import default_profile
 from calculators.step import estimate_step
@@ -41,7 +40,7 @@ SOURCES = {
 }
 SYSTEMS = {"DGX-H100": "H100-80GB", "DGX-B200": "B200", "H100-SXM": "H100-80GB"}
 COLUMNS = ("source", "release", "system", "model", "gpus", "precision", "gbs", "mbs", "seq", "zero", "tp", "pp",
-           "cp", "vpp", "ep", "etp", "tp_overlap", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "note")
+           "cp", "vpp", "ep", "etp", "tp_overlap", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "split", "note")
 
 
 @dataclass(frozen=True)
@@ -101,16 +100,21 @@ def _run(row: dict) -> PublishedRun:
     ints = {k: int(row[k]) for k in ("gpus", "gbs", "mbs", "seq", "zero", "tp", "pp", "cp", "vpp", "ep", "etp")}
     if row["tp_overlap"] not in ("yes", "no"):
         raise ValueError(f"tp_overlap must be yes or no (got {row['tp_overlap']!r})")
+    if row["split"] not in ("", "megatron"):
+        raise ValueError(f"split must be empty (even) or megatron (got {row['split']!r})")
     gpus, per_node = ints["gpus"], 8
+    model = model_from_name(row["model"])
+    stages = ints["pp"] * ints["vpp"]
+    split = megatron_split(model.layers, stages) if row["split"] == "megatron" else ()
     par = ParallelConfig(dp=gpus // (ints["tp"] * ints["pp"] * ints["cp"]), tp=ints["tp"], pp=ints["pp"],
                          cp=ints["cp"], ep=ints["ep"], etp=ints["etp"], vpp=ints["vpp"], zero=ints["zero"],
                          sp=ints["tp"] > 1, tp_overlap=row["tp_overlap"] == "yes", mbs=ints["mbs"], gbs=ints["gbs"],
                          seq=ints["seq"], precision=row["precision"],
-                         schedule="interleaved" if ints["vpp"] > 1 else "1f1b", framework="megatron")
+                         schedule="interleaved" if ints["vpp"] > 1 else "1f1b", framework="megatron", split=split)
     cluster = ClusterSpec(gpu_from_name(SYSTEMS[row["system"]]), nodes=max(1, gpus // per_node),
                           gpus_per_node=min(per_node, gpus))
     return PublishedRun(source=row["source"], release=row["release"], system=row["system"],
-                        model=model_from_name(row["model"]), cluster=cluster, par=par,
+                        model=model, cluster=cluster, par=par,
                         tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
                         model_tflops_per_gpu=float(row["model_tflops_per_gpu"]), note=row["note"])
 

@@ -58,6 +58,11 @@ def test_schedule_checks_say_what_to_change():
         pipeline.check(RunSpec(schedule="zb", pp=2), 4, 2, 2)
     with pytest.raises(ConfigError, match="needs --schedule interleaved"):
         pipeline.check(RunSpec(vpp=2, pp=2), 4, 4, 2)
+    with pytest.raises(ConfigError, match="--split lists 2 stages; pp=2 x vpp=2 needs 4"):
+        pipeline.check(RunSpec(vpp=2, pp=2, schedule="interleaved", split="3,5"), 8, 4, 2)
+    with pytest.raises(ConfigError, match="dualpipe folds its stages into a V"):
+        pipeline.check(RunSpec(pp=2, schedule="dualpipe", split="3,5"), 8, 4, 2)
+    pipeline.check(RunSpec(vpp=2, pp=2, schedule="interleaved", split="1,3,3,1"), 8, 4, 2)   # uneven interleaved
 
 
 def test_run_spec_validation():

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from calculators.frameworks import bytes_per_param
 from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.memory import GIB, estimate_memory, stage_layers
+from calculators.memory import GIB, estimate_memory, pipeline_stages, stage_layers
 from calculators.models import ModelSpec, MoESpec
 from calculators.errors import ConfigError
 from calculators.parallel import RECOMPUTE, ParallelConfig
@@ -72,6 +72,10 @@ def test_stage_splits():
     assert [len(s) for s in stage_layers(m, ParallelConfig(pp=4, framework="nanotron"))] == [5, 5, 5, 1]
     assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10),
                         ParallelConfig(pp=2, vpp=2, schedule="interleaved")) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    # an uneven split of virtual stages: stage i on rank i % p, in layer order
+    par = ParallelConfig(pp=2, vpp=2, schedule="interleaved", split=(1, 3, 3, 1))
+    assert pipeline_stages(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == [[0], [1, 2, 3], [4, 5, 6], [7]]
+    assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == [[0, 4, 5, 6], [1, 2, 3, 7]]
 
 
 def test_last_stage_holds_logits_and_first_stage_the_most_activations():

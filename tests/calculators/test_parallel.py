@@ -3,7 +3,7 @@ import pytest
 
 from calculators.errors import ConfigError
 from calculators.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig, check_layout
+from calculators.parallel import ParallelConfig, check_layout, megatron_split
 from calculators.presets import model_from_name
 
 H100 = gpu_from_name("H100-80GB")
@@ -73,3 +73,19 @@ def test_gpu_presets(name):
     g = gpu_from_name(name.lower())
     assert g.source and g.memory_gib > 30 and g.bf16_tflops >= 312 and g.intra_node_gbps > g.inter_node_gbps
     assert g.fp8_tflops in (0,) or g.fp8_tflops == pytest.approx(2 * g.bf16_tflops, rel=0.01)
+
+
+def test_megatron_embedding_and_loss_split():
+    """Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding and the loss each
+    take a layer's place, so 126 layers fill 64 virtual stages as 1, 2, ..., 2, 1."""
+    assert megatron_split(126, 64) == (1,) + (2,) * 62 + (1,)
+    assert megatron_split(94, 32) == (2,) + (3,) * 30 + (2,)
+    with pytest.raises(ConfigError, match="layers \\+ 2 = 82 divisible by the 64"):
+        megatron_split(80, 64)
+    L405 = model_from_name("llama3-405b")
+    base = dict(dp=8, tp=8, pp=8, cp=2, vpp=8, schedule="interleaved", gbs=512, seq=8192, sp=True)
+    with pytest.raises(ConfigError, match=r"divisible by pp\*vpp = 64, or a split .*split=1,2,...,2,1"):
+        check_layout(L405, cluster(128), ParallelConfig(**base))
+    assert check_layout(L405, cluster(128), ParallelConfig(**base, split=megatron_split(126, 64))) == []
+    with pytest.raises(ConfigError, match="pp\\*vpp = 64 pipeline stages its layers"):
+        check_layout(L405, cluster(128), ParallelConfig(**base, split=(63, 63)))

@@ -15,7 +15,7 @@ from calculators.export import FORMATS, export
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.ilp import costs, solve
 from calculators.memory import estimate_memory, peak_memory, stage_layers
-from calculators.parallel import check_layout
+from calculators.parallel import ParallelConfig, check_layout, megatron_split
 from calculators.planner import plan
 from calculators.split import balance_split
 from calculators.presets import model_from_name
@@ -144,6 +144,22 @@ def test_exports_carry_the_layout():
     harness, _ = export("harness", L405, cluster, par, "llama3-405b")
     assert "--nnodes 256" in harness and "--split " + ",".join(map(str, par.split)) in harness
     assert set(FORMATS) == {"harness", "megatron", "torchtitan", "deepspeed"}
+
+
+def test_megatron_export_of_uneven_virtual_stages():
+    """Megatron's own embedding-and-loss split exports as its two flags; any other uneven split of
+    interleaved stages as a layout of pp*vpp stages (Megatron infers vpp from their count)."""
+    cluster = ClusterSpec(H100, nodes=128, gpus_per_node=8)
+    par = ParallelConfig(dp=8, tp=8, pp=8, cp=2, vpp=8, sp=True, gbs=512, seq=8192, schedule="interleaved",
+                         split=megatron_split(126, 64))
+    meg, _ = export("megatron", L405, cluster, par)
+    assert "--account-for-embedding-in-pipeline-split" in meg and "--account-for-loss-in-pipeline-split" in meg
+    assert "--num-layers-per-virtual-pipeline-stage 2" in meg and "layout" not in meg
+    other = replace(par, vpp=2, dp=16, cp=1, split=(7,) + (8,) * 14 + (9,))
+    meg, _ = export("megatron", L405, cluster, other)
+    layout = meg.split('--pipeline-model-parallel-layout "')[1].split('"')[0]
+    assert layout.split("|")[0] == "Et*7" and layout.split("|")[-1] == "t*9,L" and len(layout.split("|")) == 16
+    assert "virtual-pipeline" not in meg
 
 
 def test_plan_cli():

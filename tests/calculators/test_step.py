@@ -220,3 +220,21 @@ def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes(
     assert sum(one.layer[(False, "none")]) == pytest.approx(host)
     mega = stage_costs(small, ClusterSpec(H100, nodes=2), ParallelConfig(**{**nano, "framework": "megatron"}), PROF)
     assert sum(mega.layer[(False, "none")]) < f + b + w
+
+
+def test_uneven_virtual_stages_cost_their_own_layers():
+    """An uneven split of interleaved stages (Megatron's pipeline layout): every stage costs its
+    own layers, not the mean of its rank's; stage i runs on rank i % p."""
+    from calculators.step import stage_costs
+    cluster = ClusterSpec(H100, nodes=2)
+    split = (3, 4, 4, 4, 4, 4, 4, 5)
+    par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, gbs=32, seq=4096, schedule="interleaved", split=split)
+    gpu_only = replace(PROF, host_ms_per_layer=0.0)
+    c = stage_costs(L8B, cluster, par, gpu_only)
+    f1 = c.f[1] / 4
+    assert [f / f1 for f in c.f[1:-1]] == pytest.approx([4] * 6)
+    assert [w / f1 for w in c.w[:-1]] == pytest.approx([n * c.w[1] / 4 / f1 for n in split[:-1]])
+    assert c.f[0] > 3 * f1 and c.f[0] < 4 * f1        # three layers and the embedding
+    assert c.layers[0] == tuple(range(0, 3)) + tuple(range(15, 19))
+    even = stage_costs(L8B, cluster, replace(par, split=()), gpu_only)
+    assert sum(c.w) == pytest.approx(sum(even.w)) and max(c.w) > max(even.w)
