@@ -73,12 +73,13 @@ class MemoryEstimate:
                 "warnings": list(self.warnings)}
 
 
-def stage_layers(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
-    """Layer indices held by each pipeline rank: its pipeline stages' layers (pipeline_stages),
-    in layer order. p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1 [2, 3, 6, 7];
-    DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1 [2, 3, 4, 5].
+def stage_layers(model: ModelSpec, par: ParallelConfig, stages: list | None = None) -> list[list[int]]:
+    """Layer indices held by each pipeline rank: its pipeline stages' layers (`stages`, default
+    pipeline_stages), in layer order. p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1
+    [2, 3, 6, 7]; DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1
+    [2, 3, 4, 5].
     """
-    stages = pipeline_stages(model, par)
+    stages = pipeline_stages(model, par) if stages is None else stages
     return [[layer for st in sorted(stages_of_rank(par.schedule, par.pp, par.vpp, r)) for layer in stages[st]]
             for r in range(par.pp)]
 

@@ -128,9 +128,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
         require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
         require(p, model.layers % (pp * v) == 0 or par.split,
                 f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}, or a split that gives "
-                f"each of the {pp * v} stages its layers" + (
-                    f" (Megatron's, counting the embedding and the loss as layers: {_megatron_hint(model.layers, pp * v)})"
-                    if (model.layers + 2) % (pp * v) == 0 else ""))
+                f"each of the {pp * v} stages its layers" + _megatron_hint(model.layers, pp * v))
     if par.schedule == "interleaved":
         require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
         require(p, m % pp == 0, f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
@@ -185,8 +183,12 @@ def megatron_split(layers: int, stages: int) -> tuple:
 
 
 def _megatron_hint(layers: int, stages: int) -> str:
-    n = (layers + 2) // stages
-    return f"split={n - 1},{n},...,{n},{n - 1}" if n >= 2 else "too few layers"
+    try:
+        n = megatron_split(layers, stages)
+    except ConfigError:
+        return ""
+    return (f" (Megatron's, counting the embedding and the loss as layers: "
+            f"split={n[0]},{n[1]},...,{n[-2]},{n[-1]})")
 
 
 def _divisors(n: int, cap: int) -> list[int]:

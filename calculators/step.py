@@ -151,7 +151,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
     per_stage = {}                         # (dense layers, MoE layers, mode) -> work per micro-batch
     owner = {st: r for r in range(p) for st in stages_of_rank(par.schedule, p, v, r)}
-    for st, stage in enumerate(pipeline_stages(model, par)):
+    stages = pipeline_stages(model, par)
+    for st, stage in enumerate(stages):
         n_moe = model.moe_layers_in(stage)
         mode = par.rank_recompute(owner[st])
         key = (len(stage) - n_moe, n_moe, mode)
@@ -176,7 +177,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         f[st] += blocking
         b[st + 1] += blocking
     return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts,
-                      tuple(map(tuple, stage_layers(model, par))))
+                      tuple(map(tuple, stage_layers(model, par, stages))))
 
 
 def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:

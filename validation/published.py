@@ -10,8 +10,9 @@ later MoE recipes for the same Qwen3-30B-A3B on H100. Nothing is fitted to them.
 
 Each row of validation/data/published_runs.csv is one published run in our schema; the file's
 README says where each came from and how its columns were read. A run the calculators cannot
-express is listed with the reason and not scored. The tables also give model TFLOP/s per GPU: divided by tokens/s it is the framework's
-FLOPs per token, which checks our FLOP count under the same convention.
+express is listed with the reason and not scored. The tables also give model TFLOP/s per GPU:
+divided by tokens/s it is the framework's FLOPs per token, which checks our FLOP count under the
+same convention.
 """
 from __future__ import annotations
 
@@ -144,7 +145,10 @@ def flops_convention(r: Result, tol: float = 0.02) -> str:
 def summary(results: list[Result]) -> dict:
     """{group: (runs, median abs error, max abs error, median signed)} over the scored runs."""
     out = {}
-    moe = lambda r: r.run.model.moe is not None                                    # noqa: E731
+
+    def moe(r):
+        return r.run.model.moe is not None
+
     groups = {"all": lambda r: True, "dense": lambda r: not moe(r), "mixture of experts": moe}
     groups.update({f"mixture of experts, {src}": (lambda r, src=src: moe(r) and r.run.source == src)
                    for src in SOURCES})
