@@ -13,6 +13,7 @@ and caching-allocator fragmentation (validation/memory.py shows the rule on meas
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from . import activations as act
 from .frameworks import bytes_per_param, retained_buffers
@@ -73,18 +74,18 @@ class MemoryEstimate:
                 "warnings": list(self.warnings)}
 
 
-def stage_layers(model: ModelSpec, par: ParallelConfig, stages: list | None = None) -> list[list[int]]:
+def stage_layers(model: ModelSpec, par: ParallelConfig, stages=None) -> tuple:
     """Layer indices held by each pipeline rank: its pipeline stages' layers (`stages`, default
-    pipeline_stages), in layer order. p=2, v=2, L=8 gives rank 0 layers [0, 1, 4, 5] and rank 1
-    [2, 3, 6, 7]; DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 [0, 1, 6, 7] and rank 1
-    [2, 3, 4, 5].
+    pipeline_stages), in layer order. p=2, v=2, L=8 gives rank 0 layers (0, 1, 4, 5) and rank 1
+    (2, 3, 6, 7); DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 (0, 1, 6, 7) and rank 1
+    (2, 3, 4, 5).
     """
-    stages = pipeline_stages(model, par) if stages is None else stages
-    return [[layer for st in sorted(stages_of_rank(par.schedule, par.pp, par.vpp, r)) for layer in stages[st]]
-            for r in range(par.pp)]
+    if stages is None:
+        return _rank_layers(model, par.framework, par.schedule, par.pp, par.vpp, par.split)
+    return _fold(stages, par.schedule, par.pp, par.vpp)
 
 
-def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
+def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
     """Contiguous layer indices of each pipeline stage, first to last (p*v stages interleaved,
     2p with DualPipeV; stage i runs on pipeline.stages_of_rank's rank).
 
@@ -93,17 +94,33 @@ def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> list[list[int]]:
     count. nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and
     a rank is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072,
     p=4: the output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
+    Cached (tuples, shared): the planner asks for the same few splits thousands of times.
     """
-    L, p, v = model.layers, par.pp, par.vpp
-    if par.framework == "nanotron" and v == 1 and p > 1 and not par.split:
+    return _stages(model, par.framework, par.schedule, par.pp, par.vpp, par.split)
+
+
+@lru_cache(maxsize=1024)
+def _stages(model: ModelSpec, framework: str, schedule: str, p: int, v: int, split: tuple) -> tuple:
+    L = model.layers
+    if framework == "nanotron" and v == 1 and p > 1 and not split:
         return _cost_split(model, p)
-    chunks = n_stages(par.schedule, p, v)
-    sizes = list(par.split) if par.split else [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
+    chunks = n_stages(schedule, p, v)
+    sizes = list(split) if split else [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
     starts = [sum(sizes[:i]) for i in range(chunks)]
-    return [list(range(st, st + n)) for st, n in zip(starts, sizes)]
+    return tuple(tuple(range(st, st + n)) for st, n in zip(starts, sizes))
 
 
-def _cost_split(model: ModelSpec, p: int) -> list[list[int]]:
+@lru_cache(maxsize=1024)
+def _rank_layers(model: ModelSpec, framework: str, schedule: str, p: int, v: int, split: tuple) -> tuple:
+    return _fold(_stages(model, framework, schedule, p, v, split), schedule, p, v)
+
+
+def _fold(stages, schedule: str, p: int, v: int) -> tuple:
+    return tuple(tuple(layer for st in sorted(stages_of_rank(schedule, p, v, r)) for layer in stages[st])
+                 for r in range(p))
+
+
+def _cost_split(model: ModelSpec, p: int) -> tuple:
     per_layer = 4 * model.hidden ** 2 + 3 * model.ffn * model.hidden
     total = per_layer * model.layers + model.vocab * model.hidden
     ranks: list[list[int]] = [[] for _ in range(p)]
@@ -113,7 +130,7 @@ def _cost_split(model: ModelSpec, p: int) -> list[list[int]]:
         cost += per_layer
         if r < p - 1 and cost >= total * (r + 1) / p:
             r += 1
-    return ranks
+    return tuple(map(tuple, ranks))
 
 
 def rank_layer_params(model: ModelSpec, par: ParallelConfig, layer: int) -> tuple[float, float]:

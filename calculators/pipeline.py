@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+import numpy as np
+
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 
 
@@ -188,7 +190,7 @@ class Timeline:
     """A simulated pipeline step. `ops[r]` lists (kind, stage, mb, start, end) on rank r."""
     makespan: float
     busy: tuple                  # compute time per rank
-    peak_inflight: tuple         # per rank, in units of the rank's layers
+    _shape: tuple = ()           # (schedule, p, v, m); () for a closed-form estimate
     _ops: tuple = field(repr=False, compare=False, default=())
     _starts: tuple = field(repr=False, compare=False, default=())
     _durations: tuple = field(repr=False, compare=False, default=())
@@ -197,6 +199,12 @@ class Timeline:
     def ops(self) -> tuple:
         return tuple(tuple((*op, t, t + d) for op, t, d in zip(*rank))
                      for rank in zip(self._ops, self._starts, self._durations))
+
+    @cached_property
+    def peak_inflight(self) -> tuple:
+        """Per rank, in units of the rank's layers (read from the order only when asked: the
+        planner times thousands of steps and never asks)."""
+        return _peaks(*self._shape) if self._shape else ()
 
     @property
     def bubble_fraction(self) -> float:
@@ -250,7 +258,7 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, f=1.0, b=1.0, w=1.0, p2p
     if any(ptr[r] < len(plan[r].dep) for r in range(p)):
         raise RuntimeError(f"{schedule} deadlocked: p={p}, v={v}, m={m}")   # a bug, never bad input
     return Timeline(makespan=max(free), busy=tuple(sum(d) for d in durations),
-                    peak_inflight=_peaks(schedule, p, v, m),
+                    _shape=(schedule, p, v, m),
                     _ops=tuple(rank.ops for rank in plan) if record else (),
                     _starts=tuple(starts) if record else (), _durations=tuple(durations) if record else ())
 
@@ -270,27 +278,29 @@ class _RankPlan:
 
 @lru_cache(maxsize=64)
 def _compiled(schedule: str, p: int, v: int, m: int) -> tuple:
+    """Each rank's ops with the indices the simulator reads (vectorised: p=64, m=1024 is 10^5 ops)."""
     S = n_stages(schedule, p, v)
-    owner = {st: r for r in range(p) for st in stages_of_rank(schedule, p, v, r)}
+    owner = np.zeros(S, dtype=np.int64)
+    for r in range(p):
+        owner[stages_of_rank(schedule, p, v, r)] = r
     plans = []
     for r in range(p):
-        ops = [op for item in rank_order(schedule, p, v, m, r)
-               for op in (item if isinstance(item[0], tuple) else (item,))]
-        cost_at, out, dep, cross = [], [], [], []
-        for kind, st, mb in ops:
-            cost_at.append(KIND_INDEX[kind] * S + st)
-            out.append(st * m + mb if kind == "F" else -1 if kind == "W" else (S + st) * m + mb)
-            if kind == "F":                    # needs the previous stage's forward
-                src, d = st - 1, (st - 1) * m + mb if st > 0 else -1
-            elif kind == "W":                  # follows this rank's own I
-                src, d = st, -1
-            elif st == S - 1:                  # the last stage starts backward from its own loss
-                src, d = st, st * m + mb
-            else:                              # needs the next stage's input gradient
-                src, d = st + 1, (S + st + 1) * m + mb
-            dep.append(d)
-            cross.append(int(d >= 0 and owner[src] != r))
-        plans.append(_RankPlan(tuple(ops), tuple(cost_at), tuple(out), tuple(dep), tuple(cross)))
+        ops = tuple(op for item in rank_order(schedule, p, v, m, r)
+                    for op in (item if isinstance(item[0], tuple) else (item,)))
+        n = len(ops)
+        kind = np.fromiter((KIND_INDEX[op[0]] for op in ops), dtype=np.int64, count=n)
+        st = np.fromiter((op[1] for op in ops), dtype=np.int64, count=n)
+        mb = np.fromiter((op[2] for op in ops), dtype=np.int64, count=n)
+        fwd, wgt, last = kind == KIND_INDEX["F"], kind == KIND_INDEX["W"], st == S - 1
+        out = np.where(fwd, st * m + mb, np.where(wgt, -1, (S + st) * m + mb))
+        # F needs the previous stage's forward; W follows this rank's own I; the last stage starts
+        # backward from its own loss; any other B or I needs the next stage's input gradient
+        dep = np.where(fwd, np.where(st > 0, (st - 1) * m + mb, -1),
+                       np.where(wgt, -1, np.where(last, st * m + mb, (S + st + 1) * m + mb)))
+        src = np.where(fwd, st - 1, np.where(wgt | last, st, st + 1))
+        cross = (dep >= 0) & (owner[np.clip(src, 0, S - 1)] != r)
+        plans.append(_RankPlan(ops, tuple((kind * S + st).tolist()), tuple(out.tolist()), tuple(dep.tolist()),
+                               tuple(cross.astype(np.int64).tolist())))
     return tuple(plans)
 
 

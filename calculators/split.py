@@ -50,17 +50,13 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
         slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}
         room = usable_gib - max(one[moe] - slope[moe] for moe in sample)
         M = np.concatenate([[0.0], np.cumsum([slope[k] for k in kind])])
-        new = np.full(L + 1, math.inf)
-        for n in range(1, L + 1):              # n layers on rank r, ending at layer j
-            j = np.arange(n, L + 1)
-            i = j - n
-            fits = M[j] - M[i] <= room
-            if not fits.any():
-                break                          # more layers only need more memory
-            t = np.where(fits, np.maximum(best[i], own[r] + P[j] - P[i]), math.inf)
-            better = t < new[j]
-            new[j] = np.where(better, t, new[j])
-            start[r, j] = np.where(better, i, start[r, j])
+        # every (first layer i, end j) at once: t[i, j] for rank r holding layers i..j-1
+        i, j = np.arange(L + 1)[:, None], np.arange(L + 1)[None, :]
+        t = np.where((i < j) & (M[j] - M[i] <= room), np.maximum(best[i], own[r] + P[j] - P[i]), math.inf)
+        # the fewest layers on rank r among equal times (the last i): argmin over i reversed
+        last = L - np.argmin(t[::-1], axis=0)
+        new = t[last, np.arange(L + 1)]
+        start[r] = np.where(np.isfinite(new), last, 0)
         best = new
     if not np.isfinite(best[L]):
         return None

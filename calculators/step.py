@@ -177,7 +177,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         f[st] += blocking
         b[st + 1] += blocking
     return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts,
-                      tuple(map(tuple, stage_layers(model, par, stages))))
+                      stage_layers(model, par, stages))
 
 
 def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:
@@ -221,7 +221,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         timeline = _simulated(par.schedule, p, m, v, f, b, w, p2p)
     else:
         busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
-        timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy, peak_inflight=())
+        timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy)
 
     # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
     tail, tail_parts = 0.0, {}

@@ -71,11 +71,11 @@ def test_stage_splits():
     m = model_from_name("nanotron-1.34b")
     assert [len(s) for s in stage_layers(m, ParallelConfig(pp=4, framework="nanotron"))] == [5, 5, 5, 1]
     assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10),
-                        ParallelConfig(pp=2, vpp=2, schedule="interleaved")) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+                        ParallelConfig(pp=2, vpp=2, schedule="interleaved")) == ((0, 1, 4, 5), (2, 3, 6, 7))
     # an uneven split of virtual stages: stage i on rank i % p, in layer order
     par = ParallelConfig(pp=2, vpp=2, schedule="interleaved", split=(1, 3, 3, 1))
-    assert pipeline_stages(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == [[0], [1, 2, 3], [4, 5, 6], [7]]
-    assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == [[0, 4, 5, 6], [1, 2, 3, 7]]
+    assert pipeline_stages(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == ((0,), (1, 2, 3), (4, 5, 6), (7,))
+    assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10), par) == ((0, 4, 5, 6), (1, 2, 3, 7))
 
 
 def test_last_stage_holds_logits_and_first_stage_the_most_activations():
