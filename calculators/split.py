@@ -36,8 +36,11 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
     even = replace(par, split=())
     costs = stage_costs(model, cluster, even, profile)
     kind = [model.is_moe_layer(i) for i in range(L)]
+    moe = np.array(kind)
     # a layer's cost on rank r, at r's recompute mode
-    per_layer = [np.array([sum(costs.layer[(k, par.rank_recompute(r))]) for k in kind]) for r in range(p)]
+    by_mode = {mode: np.where(moe, sum(costs.layer.get((True, mode), ())), sum(costs.layer.get((False, mode), ())))
+               for mode in {par.rank_recompute(r) for r in range(p)}}
+    per_layer = [by_mode[par.rank_recompute(r)] for r in range(p)]
     own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[r][list(costs.layers[r])].sum() for r in range(p)]
     fn = stage_memory_fn(model, even)
     sample = {moe: kind.index(moe) for moe in model.layer_kinds}
