@@ -36,11 +36,32 @@ def _assert_valid(model, cluster, result):
     assert times == sorted(times)
 
 
+def _cold_caches():
+    """Empty every functools cache of the calculators (schedule tables, stage splits, simulated
+    pipelines), so that a timed plan pays what a fresh process pays."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("calculators."):
+            for obj in vars(module).values():
+                if callable(getattr(obj, "cache_clear", None)):
+                    obj.cache_clear()
+
+
+def _timed_plan(*args, **kwargs):
+    """The plan and its time from cold caches, the best of two tries: this 2-core machine's
+    speed wanders by up to 2x with its neighbours' load, and the minimum is the planner's own
+    cost (timeit's rule). Each try is a full cold search."""
+    times = []
+    for _ in range(2):
+        _cold_caches()
+        t0 = time.perf_counter()
+        result = plan(*args, **kwargs)
+        times.append(time.perf_counter() - t0)
+    return result, min(times)
+
+
 def test_405b_on_2048_h100_beats_the_published_layout_in_under_5_s():
     cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
-    t0 = time.perf_counter()
-    result = plan(L405, cluster, seq=8192, gbs=2048)
-    elapsed = time.perf_counter() - t0
+    result, elapsed = _timed_plan(L405, cluster, seq=8192, gbs=2048)
     assert elapsed < 5.0, f"planning took {elapsed:.1f} s"
     assert len(result.plans) >= 3
     _assert_valid(L405, cluster, result)
@@ -54,9 +75,8 @@ def test_405b_on_2048_h100_beats_the_published_layout_in_under_5_s():
 
 def test_405b_on_16384_gpus_in_under_5_s():
     cluster = ClusterSpec(H100, nodes=2048, gpus_per_node=8)
-    t0 = time.perf_counter()
-    result = plan(L405, cluster, seq=8192, gbs=2048)
-    assert time.perf_counter() - t0 < 5.0
+    result, elapsed = _timed_plan(L405, cluster, seq=8192, gbs=2048)
+    assert elapsed < 5.0, f"planning took {elapsed:.1f} s"
     assert len(result.plans) >= 3
     _assert_valid(L405, cluster, result)
 
