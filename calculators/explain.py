@@ -2,6 +2,7 @@
 why the most tempting rejected layouts lost."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -29,15 +30,25 @@ class Plan:
 
 
 def label(p: ParallelConfig) -> str:
-    """A layout in one line: tp8 cp1 pp16 dp16 tp-overlap zero1 mbs1 1f1b recompute=full."""
+    """A layout in one line: tp8 cp1 pp16 dp16 tp-overlap zero1 mbs1 1f1b recompute=full.
+    Per-rank recompute and per-stage layers are listed first to last, a run of equal values as
+    value x count (Megatron's split of 126 layers over 64 stages: split=1/2x62/1)."""
     parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
     parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
     parts += ["tp-overlap"] if p.tp_overlap else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
-    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + "/".join(modes)]
+    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + _runs(modes)]
     if p.split:
-        parts.append("split=" + "/".join(map(str, p.split)))
+        parts.append("split=" + _runs(p.split))
     return " ".join(parts)
+
+
+def _runs(values) -> str:
+    out = []
+    for x, group in itertools.groupby(values):
+        n = len(list(group))
+        out.append(f"{x}x{n}" if n > 2 else "/".join([str(x)] * n))
+    return "/".join(out)
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,18 @@ def megatron_split(layers: int, stages: int) -> tuple:
     return (n - 1,) + (n,) * (stages - 2) + (n - 1,)
 
 
+def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWORK) -> tuple:
+    """The split an interleaved layout (v > 1) needs, each stage holding whole layers: () where
+    p*v divides the layers; else Megatron's embedding-and-loss split when Megatron runs it and
+    it exists (Llama 3 405B: 126 layers over 16 x 2 stages, 3, 4, ..., 4, 3); else () (invalid)."""
+    if v == 1 or framework != "megatron" or layers % (p * v) == 0:
+        return ()
+    try:
+        return megatron_split(layers, p * v)
+    except ConfigError:
+        return ()
+
+
 def _megatron_hint(layers: int, stages: int) -> str:
     try:
         n = megatron_split(layers, stages)

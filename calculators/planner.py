@@ -25,13 +25,12 @@ import bisect
 import time
 from dataclasses import replace
 
-
 from .errors import ConfigError
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
 from .hardware import ClusterSpec
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
-from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig
+from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .split import balance_split
 from .step import estimate_step
@@ -184,13 +183,12 @@ class _Search:
         sp = self.space
         for sizes, invalid in _structures(self.model, self.cluster, sp, self.gbs):
             try:
-                tp = sizes["tp"] > 1
+                tp, vpp = sizes["tp"] > 1, sp["vpp"][0] if sp["schedule"] == ["interleaved"] else 1
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=self.zero_stages(sizes["dp"], sizes["cp"])[0],
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
-                                      framework=self.framework, vpp=sp["vpp"][0] if "1f1b" not in sp["schedule"]
-                                      and sp["schedule"][0] == "interleaved" else 1)
+                                      framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
             except ConfigError as exc:
                 self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
                 continue
@@ -241,12 +239,16 @@ class _Search:
                         for mbs in sorted(sp["mbs"]):
                             if self.gbs % (base.dp * mbs):
                                 continue
-                            par = replace(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision)
+                            par = replace(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
+                                          split=self.virtual_split(base.pp, vpp) if schedule == "interleaved" else ())
                             if not self._least_recompute(par):
                                 break
                             fitted = True
                         if not fitted:
                             break
+
+    def virtual_split(self, p: int, v: int) -> tuple:
+        return virtual_split(self.model.layers, p, v, self.framework)
 
     def _least_recompute(self, par) -> bool:
         """Score `par` with the least recompute that fits; False when even the most does not.
@@ -376,9 +378,8 @@ def _impossible(search) -> tuple[str, int]:
     text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
             f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
-    if frugal:
-        closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
-        text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
+    closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
+    text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
     counts = _node_counts(cluster.nodes)
     for nodes in counts:
         bigger = replace(cluster, nodes=nodes)

@@ -3,7 +3,7 @@ import pytest
 
 from calculators.errors import ConfigError
 from calculators.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig, check_layout, megatron_split
+from calculators.parallel import ParallelConfig, check_layout, megatron_split, virtual_split
 from calculators.presets import model_from_name
 
 H100 = gpu_from_name("H100-80GB")
@@ -89,3 +89,12 @@ def test_megatron_embedding_and_loss_split():
     assert check_layout(L405, cluster(128), ParallelConfig(**base, split=megatron_split(126, 64))) == []
     with pytest.raises(ConfigError, match="pp\\*vpp = 64 pipeline stages its layers"):
         check_layout(L405, cluster(128), ParallelConfig(**base, split=(63, 63)))
+
+
+def test_virtual_split_for_interleaved_layouts():
+    """What the planner gives an interleaved layout: nothing where p*v divides the layers,
+    Megatron's split where only it does and Megatron runs the layout, nothing otherwise."""
+    assert virtual_split(126, 16, 2) == (3,) + (4,) * 30 + (3,) == megatron_split(126, 32)
+    assert virtual_split(128, 16, 2) == () and virtual_split(126, 16, 1) == ()
+    assert virtual_split(126, 16, 2, framework="fsdp2") == ()     # Megatron's flags, Megatron's split
+    assert virtual_split(126, 16, 3) == ()                          # 128 is not divisible by 48 either

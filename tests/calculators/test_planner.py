@@ -182,6 +182,24 @@ def test_megatron_export_of_uneven_virtual_stages():
     assert "virtual-pipeline" not in meg
 
 
+def test_interleaved_405b_takes_megatrons_split():
+    """126 layers do not divide into 16 x v stages; counting the embedding and the loss as layers
+    (Megatron's flags) they do, so the planner can propose Llama 3's interleaved pipeline, label it
+    readably and export the flags."""
+    cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
+    result = plan(L405, cluster, seq=8192, gbs=2048, constraints={"tp": 8, "pp": 16, "cp": 1,
+                                                                  "schedule": "interleaved"})
+    assert result.plans, result.impossible
+    _assert_valid(L405, cluster, result)
+    for p in result.plans:
+        assert p.par.split == megatron_split(126, 16 * p.par.vpp)
+    best = result.plans[0]
+    n = 128 // (16 * best.par.vpp)
+    assert f"split={n - 1}/{n}x{16 * best.par.vpp - 2}/{n - 1}" in best.label()
+    meg, _ = export("megatron", L405, cluster, best.par)
+    assert "--account-for-embedding-in-pipeline-split" in meg and "--account-for-loss-in-pipeline-split" in meg
+
+
 def test_plan_cli():
     request = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nodes": 1}, "seq": 4096,
                "gbs": 64, "top": 3}
@@ -198,7 +216,8 @@ def test_plan_cli():
 def test_peak_memory_is_estimate_memorys_worst_stage():
     cluster = ClusterSpec(H100, nodes=16)
     for kw in ({"pp": 8, "dp": 2}, {"pp": 16, "dp": 1, "schedule": "zb"}, {"pp": 2, "dp": 8, "recompute": "full"}):
-        par = replace(plan(L405, cluster, 8192, 64, {"tp": 8, "cp": 1}).plans[0].par, split=(), **kw)
+        par = replace(plan(L405, cluster, 8192, 64, {"tp": 8, "cp": 1}).plans[0].par,
+                      **{"split": (), "vpp": 1, "schedule": "1f1b", **kw})
         est, peak = estimate_memory(L405, cluster, par), peak_memory(L405, cluster, par)
         assert peak.total_gib == pytest.approx(est.total_gib) and peak.stage == est.worst.stage
 
