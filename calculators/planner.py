@@ -183,7 +183,8 @@ class _Search:
         sp = self.space
         for sizes, invalid in _structures(self.model, self.cluster, sp, self.gbs):
             try:
-                tp, vpp = sizes["tp"] > 1, sp["vpp"][0] if sp["schedule"] == ["interleaved"] else 1
+                tp = sizes["tp"] > 1
+                vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=self.zero_stages(sizes["dp"], sizes["cp"])[0],
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],

@@ -198,6 +198,9 @@ def test_interleaved_405b_takes_megatrons_split():
     assert f"split={n - 1}/{n}x{16 * best.par.vpp - 2}/{n - 1}" in best.label()
     meg, _ = export("megatron", L405, cluster, best.par)
     assert "--account-for-embedding-in-pipeline-split" in meg and "--account-for-loss-in-pipeline-split" in meg
+    mixed = plan(L405, cluster, seq=8192, gbs=2048, constraints={"tp": 8, "pp": 16, "cp": 1,
+                                                                 "schedule": ["interleaved", "zb"]})
+    assert {p.par.schedule for p in mixed.plans} <= {"interleaved", "zb"} and mixed.plans, mixed.impossible
 
 
 def test_plan_cli():
