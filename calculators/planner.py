@@ -241,7 +241,7 @@ class _Search:
                             if self.gbs % (base.dp * mbs):
                                 continue
                             par = replace(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
-                                          split=self.virtual_split(base.pp, vpp) if schedule == "interleaved" else ())
+                                          split=self.virtual_split(base.pp, vpp))
                             if not self._least_recompute(par):
                                 break
                             fitted = True
