@@ -102,9 +102,9 @@ def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
 @lru_cache(maxsize=1024)
 def _stages(model: ModelSpec, framework: str, schedule: str, p: int, v: int, split: tuple) -> tuple:
     L = model.layers
-    if framework == "nanotron" and v == 1 and p > 1 and not split:
-        return _cost_split(model, p)
     chunks = n_stages(schedule, p, v)
+    if framework == "nanotron" and chunks == p > 1 and not split:   # one stage per rank: its cost split
+        return _cost_split(model, p)
     sizes = list(split) if split else [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
     starts = [sum(sizes[:i]) for i in range(chunks)]
     return tuple(tuple(range(st, st + n)) for st, n in zip(starts, sizes))

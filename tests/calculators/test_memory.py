@@ -70,6 +70,9 @@ def test_zero_shards_over_dp_times_cp_and_tp_divides_weights():
 def test_stage_splits():
     m = model_from_name("nanotron-1.34b")
     assert [len(s) for s in stage_layers(m, ParallelConfig(pp=4, framework="nanotron"))] == [5, 5, 5, 1]
+    # nanotron's cost split is one stage per rank; DualPipeV's 2p chunks take the even split
+    dual = ParallelConfig(pp=4, framework="nanotron", schedule="dualpipe")
+    assert [len(s) for s in pipeline_stages(m, dual)] == [2] * 8 and len(stage_layers(m, dual)) == 4
     assert stage_layers(ModelSpec(layers=8, hidden=64, heads=4, ffn=64, vocab=10),
                         ParallelConfig(pp=2, vpp=2, schedule="interleaved")) == ((0, 1, 4, 5), (2, 3, 6, 7))
     # an uneven split of virtual stages: stage i on rank i % p, in layer order
