@@ -15,7 +15,9 @@ class ConfigError(ValueError):
         super().__init__("; ".join(self.problems))
 
 
-def require(problems: list, ok: bool, message: str) -> None:
-    """Append `message` to `problems` when `ok` is false (collect every problem, then raise)."""
+def require(problems: list, ok: bool, message) -> None:
+    """Append `message` to `problems` when `ok` is false (collect every problem, then raise).
+    `message` may be a function that builds it: hot paths (the planner builds thousands of
+    layouts a second) then format only the messages of rules that are broken."""
     if not ok:
-        problems.append(message)
+        problems.append(message() if callable(message) else message)

@@ -52,23 +52,29 @@ class ParallelConfig:
         for key in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq"):
             v = getattr(self, key)
             require(p, isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                    f"parallel.{key} must be an integer >= 1 (got {v!r})")
-        require(p, self.zero in (0, 1, 2, 3), f"parallel.zero must be 0, 1, 2 or 3 (got {self.zero!r})")
-        require(p, self.recompute in RECOMPUTE, f"parallel.recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
-        require(p, self.precision in ("bf16", "fp8"), f"parallel.precision must be 'bf16' or 'fp8' (got {self.precision!r})")
-        require(p, self.schedule in SCHEDULES, f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
+                    lambda: f"parallel.{key} must be an integer >= 1 (got {v!r})")
+        require(p, self.zero in (0, 1, 2, 3), lambda: f"parallel.zero must be 0, 1, 2 or 3 (got {self.zero!r})")
+        require(p, self.recompute in RECOMPUTE,
+                lambda: f"parallel.recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
+        require(p, self.precision in ("bf16", "fp8"),
+                lambda: f"parallel.precision must be 'bf16' or 'fp8' (got {self.precision!r})")
+        require(p, self.schedule in SCHEDULES,
+                lambda: f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
         require(p, isinstance(self.split, tuple) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.split),
-            f"parallel.split must list the layers of each pipeline stage, each >= 1 (got {self.split!r})")
+            lambda: f"parallel.split must list the layers of each pipeline stage, each >= 1 (got {self.split!r})")
         modes_ok = isinstance(self.recompute_ranks, tuple) and all(r in RECOMPUTE for r in self.recompute_ranks)
-        require(p, modes_ok,
-                f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank (got {self.recompute_ranks!r})")
+        require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank "
+                                     f"(got {self.recompute_ranks!r})")
         if modes_ok and self.recompute_ranks:
             most = max(self.recompute_ranks, key=RECOMPUTE.index)
-            require(p, self.recompute == most, f"parallel.recompute must be the most recompute of recompute_ranks "
-                    f"({most!r}), the one a framework that applies one setting everywhere would use")
-        require(p, isinstance(self.tp_overlap, bool), f"parallel.tp_overlap must be true or false (got {self.tp_overlap!r})")
-        require(p, self.framework in FRAMEWORKS, f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
+            require(p, self.recompute == most,
+                    lambda: f"parallel.recompute must be the most recompute of recompute_ranks ({most!r}), "
+                            "the one a framework that applies one setting everywhere would use")
+        require(p, isinstance(self.tp_overlap, bool),
+                lambda: f"parallel.tp_overlap must be true or false (got {self.tp_overlap!r})")
+        require(p, self.framework in FRAMEWORKS,
+                lambda: f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
 
@@ -101,57 +107,63 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     w: list[str] = []
     t, d, pp, c, e, v = par.tp, par.dp, par.pp, par.cp, par.ep, par.vpp
     require(p, par.world == cluster.world,
-            f"dp*tp*pp*cp = {d}*{t}*{pp}*{c} = {par.world} GPUs but the cluster has "
-            f"{cluster.nodes}x{cluster.gpus_per_node} = {cluster.world}; change a size so the product is {cluster.world}")
-    require(p, model.heads % t == 0, f"tp={t} must divide heads={model.heads}; try tp in {_divisors(model.heads, 64)}")
+            lambda: f"dp*tp*pp*cp = {d}*{t}*{pp}*{c} = {par.world} GPUs but the cluster has "
+                    f"{cluster.nodes}x{cluster.gpus_per_node} = {cluster.world}; change a size so the product is "
+                    f"{cluster.world}")
+    require(p, model.heads % t == 0,
+            lambda: f"tp={t} must divide heads={model.heads}; try tp in {_divisors(model.heads, 64)}")
     require(p, model.kv_heads % t == 0 or model.mla is not None,
-            f"tp={t} must divide kv_heads={model.kv_heads} (each TP rank owns whole KV groups); "
+            lambda: f"tp={t} must divide kv_heads={model.kv_heads} (each TP rank owns whole KV groups); "
             f"try tp in {_divisors(model.kv_heads, 64)}")
     if model.dense_mlp_layers:
-        require(p, model.ffn % t == 0, f"tp={t} must divide ffn={model.ffn}")
+        require(p, model.ffn % t == 0, lambda: f"tp={t} must divide ffn={model.ffn}")
     require(p, par.gbs % (d * par.mbs) == 0,
-            f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
+            lambda: f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
             f"nearest valid gbs: {max(1, round(par.gbs / (d * par.mbs))) * d * par.mbs}")
     m = max(1, par.gbs // (d * par.mbs))
     require(p, model.layers >= pp * v,
-            f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
+            lambda: f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
     if par.split:
         stages = pp * v
         require(p, len(par.split) == stages and sum(par.split) == model.layers,
-                f"split={list(par.split)} must give each of the pp*vpp = {stages} pipeline stages its layers, "
+                lambda: f"split={list(par.split)} must give each of the pp*vpp = {stages} pipeline stages its layers, "
                 f"{model.layers} in all")
         require(p, par.schedule != "dualpipe", "a non-uniform split needs a schedule other than dualpipe")
     if par.recompute_ranks:
         require(p, len(par.recompute_ranks) == pp,
-                f"recompute_ranks={list(par.recompute_ranks)} must give each of the pp={pp} ranks its mode")
+                lambda: f"recompute_ranks={list(par.recompute_ranks)} must give each of the pp={pp} ranks its mode")
     if v > 1:
-        require(p, par.schedule == "interleaved", f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
+        require(p, par.schedule == "interleaved",
+                lambda: f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
         require(p, model.layers % (pp * v) == 0 or par.split,
-                f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}, or a split that gives "
-                f"each of the {pp * v} stages its layers" + _megatron_hint(model.layers, pp * v))
+                lambda: f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}, or a split that "
+                        f"gives each of the {pp * v} stages its layers" + _megatron_hint(model.layers, pp * v))
     if par.schedule == "interleaved":
         require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
-        require(p, m % pp == 0, f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
+        require(p, m % pp == 0,
+                lambda: f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
     if par.schedule == "dualpipe":
-        require(p, m >= 2 * pp, f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * pp}")
+        require(p, m >= 2 * pp, lambda: f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * pp}")
     if pp > 1 and m < pp and par.schedule in ("1f1b", "zb"):
         w.append(f"only m={m} microbatches for pp={pp} stages: the pipeline never fills "
                  f"(bubble (p-1)/m = {(pp - 1) / m:.2f}); raise gbs or lower mbs")
     if v == 1 and model.layers % pp and not par.split:
         w.append(f"layers={model.layers} is not a multiple of pp={pp}: stages hold unequal layer counts")
     if model.moe is None:
-        require(p, e == 1, f"ep={e} needs a mixture-of-experts model; set ep=1")
+        require(p, e == 1, lambda: f"ep={e} needs a mixture-of-experts model; set ep=1")
     else:
-        require(p, model.moe.experts % e == 0, f"ep={e} must divide experts={model.moe.experts}")
+        require(p, model.moe.experts % e == 0, lambda: f"ep={e} must divide experts={model.moe.experts}")
         require(p, (d * c * t) % (e * par.etp) == 0,
-                f"ep*etp = {e}*{par.etp} must divide dp*cp*tp = {d * c * t} (experts live inside the "
+                lambda: f"ep*etp = {e}*{par.etp} must divide dp*cp*tp = {d * c * t} (experts live inside the "
                 "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
-        require(p, model.moe.expert_ffn % par.etp == 0, f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
+        require(p, model.moe.expert_ffn % par.etp == 0,
+                lambda: f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
     require(p, par.seq % (2 * c) == 0 or c == 1,
-            f"seq={par.seq} must be divisible by 2*cp = {2 * c} (load-balanced context parallel splits "
+            lambda: f"seq={par.seq} must be divisible by 2*cp = {2 * c} (load-balanced context parallel splits "
             "each sequence into 2*cp chunks)")
     if par.sp:
-        require(p, (par.seq // c) % t == 0, f"sequence parallel needs seq/cp = {par.seq // c} divisible by tp={t}")
+        require(p, (par.seq // c) % t == 0,
+                lambda: f"sequence parallel needs seq/cp = {par.seq // c} divisible by tp={t}")
     if par.tp_overlap and t > 1:
         require(p, par.sp, "tp_overlap pipelines the all-gathers and reduce-scatters of sequence parallelism "
                 "with their GEMMs (Transformer Engine's userbuffers): set sp=true, or tp_overlap=false")
