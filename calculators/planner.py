@@ -33,7 +33,7 @@ from .models import ModelSpec
 from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .split import balance_split
-from .step import estimate_step
+from .step import closed_step_time, estimate_step, stage_costs
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
@@ -133,6 +133,7 @@ class _Search:
         self.scored: list[tuple[float, ParallelConfig]] = []
         self.times: dict[ParallelConfig, float] = {}
         self.memories: dict = {}            # par -> PeakMemory or the ConfigError it raised
+        self.costs: dict = {}               # par at ZeRO-0 -> its StageCosts, shared by its ZeRO stages
         self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
         self.rejected: list[Rejected] = []
         self.count = 0
@@ -148,7 +149,10 @@ class _Search:
     def score(self, par, fits: bool = True) -> float:
         if par not in self.times:
             self.count += 1
-            t = estimate_step(self.model, self.cluster, par, self.profile, pipeline="closed").time_s
+            key = replace(par, zero=0)          # stage costs do not depend on the ZeRO stage
+            if key not in self.costs:
+                self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
+            t = closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
             self.times[par] = t
             if fits:
                 bisect.insort(self.leaders, t)

@@ -176,8 +176,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for st in range(S - 1):
         f[st] += blocking
         b[st + 1] += blocking
-    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts,
-                      stage_layers(model, par, stages))
+    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, stage_layers(model, par))
 
 
 def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:
@@ -216,21 +215,46 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     gpu, p, m = cluster.gpu, par.pp, par.microbatches
     v = par.vpp if par.schedule == "interleaved" else 1
     costs = stage_costs(model, cluster, par, profile)
-    f, b, w, p2p, parts, layers, S = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers, len(costs.f)
+    f, b, w, p2p, parts, layers = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers
     if pipeline == "simulate":
         timeline = _simulated(par.schedule, p, m, v, f, b, w, p2p)
     else:
         busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
         timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy)
 
-    # Data-parallel sync, optimizer: per pipeline rank, the slowest one counts.
+    tail, tail_parts = _tail(model, cluster, par, profile, costs)
+    time_s = timeline.makespan + tail
+
+    tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
+    peak = gpu.bf16_tflops * 1e12
+    mflops = fl.model_flops_per_token(model, par.seq)
+    # with recompute per rank, each rank's layers at its own mode
+    layers_by_mode = {}
+    for r, rank_layers in enumerate(layers):
+        mode = par.rank_recompute(r)
+        layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
+    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode) for mode, n in layers_by_mode.items()) / model.layers
+    busiest = max(range(p), key=lambda r: timeline.busy[r])
+    breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
+                           layers[busiest], model, m, timeline, tail_parts)
+    return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
+                        hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
+                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
+
+
+def _tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
+    """What follows the pipeline: exposed data-parallel sync, ZeRO traffic and the optimizer step,
+    per pipeline rank (the slowest one counts), and its parts."""
+    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+    v = par.vpp if par.schedule == "interleaved" else 1
+    f, b, w, S = costs.f, costs.b, costs.w, len(costs.f)
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
     per_tensors = {moe: _layer_tensors(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
-    for r, rank_layers in enumerate(layers):
+    for r, rank_layers in enumerate(costs.layers):
         mine = stages_of_rank(par.schedule, p, v, r)
         n_moe = model.moe_layers_in(rank_layers)
         compute = sum(f[st] + b[st] + w[st] for st in mine)
@@ -259,23 +283,18 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             tail = dp_exposed + exposed_extra + opt
             tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,
                           "optimizer": opt}
-    time_s = timeline.makespan + tail
+    return tail, tail_parts
 
-    tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
-    peak = gpu.bf16_tflops * 1e12
-    mflops = fl.model_flops_per_token(model, par.seq)
-    # with recompute per rank, each rank's layers at its own mode
-    layers_by_mode = {}
-    for r, rank_layers in enumerate(layers):
-        mode = par.rank_recompute(r)
-        layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
-    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode) for mode, n in layers_by_mode.items()) / model.layers
-    busiest = max(range(p), key=lambda r: timeline.busy[r])
-    breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
-                           layers[busiest], model, m, timeline, tail_parts)
-    return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
-                        hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
-                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
+
+def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, profile: HardwareProfile,
+                     costs: StageCosts | None = None) -> float:
+    """estimate_step(..., pipeline="closed").time_s without the rest of the estimate: the
+    planner's score. Stage costs do not depend on the ZeRO stage or the global batch, so layouts
+    that differ only there may share `costs` (stage_costs of any of them)."""
+    costs = costs or stage_costs(model, cluster, par, profile)
+    v = par.vpp if par.schedule == "interleaved" else 1
+    return pipeline_time(par.schedule, par.pp, par.microbatches, v, costs) + \
+        _tail(model, cluster, par, profile, costs)[0]
 
 
 @lru_cache(maxsize=128)

@@ -14,7 +14,7 @@ from calculators.parallel import ParallelConfig
 from calculators.presets import model_from_name
 from calculators.profiles import default_profile, load_profile, profile_from_dict, save_profile
 from calculators.scenario import evaluate
-from calculators.step import estimate_step
+from calculators.step import closed_step_time, estimate_step, stage_costs
 
 H100 = gpu_from_name("H100-80GB")
 PROF = default_profile("H100-80GB")
@@ -238,3 +238,23 @@ def test_uneven_virtual_stages_cost_their_own_layers():
     assert c.layers[0] == tuple(range(0, 3)) + tuple(range(15, 19))
     even = stage_costs(L8B, cluster, replace(par, split=()), gpu_only)
     assert sum(c.w) == pytest.approx(sum(even.w)) and max(c.w) > max(even.w)
+
+
+@pytest.mark.parametrize("model,kw", [
+    (L8B, dict(dp=4, tp=2, pp=1, sp=True)),
+    (L8B, dict(dp=2, tp=2, pp=2, sp=True, schedule="zb", recompute_ranks=("full", "none"), recompute="full")),
+    (model_from_name("qwen3-30b-a3b"), dict(dp=2, tp=1, pp=4, ep=2, schedule="dualpipe", gbs=32)),
+    (model_from_name("nanotron-1.34b"), dict(dp=2, tp=1, pp=4, vpp=2, schedule="interleaved", framework="nanotron"))])
+def test_the_planners_closed_score_is_the_estimates_and_shares_costs_across_zero(model, kw):
+    """The planner scores with closed_step_time and reuses one layout's stage costs for its other
+    ZeRO stages and batch sizes: both must give exactly estimate_step's closed-form time."""
+    cluster = ClusterSpec(H100, nodes=1)
+    base = ParallelConfig(**{"gbs": 64, "seq": 4096, **kw})
+    shared = stage_costs(model, cluster, base, PROF)
+    for zero in (0, 1, 2, 3):
+        for gbs in (base.gbs, 2 * base.gbs):
+            par = replace(base, zero=zero, gbs=gbs)
+            assert stage_costs(model, cluster, par, PROF) == shared
+            expected = estimate_step(model, cluster, par, PROF, pipeline="closed").time_s
+            assert closed_step_time(model, cluster, par, PROF, shared) == expected
+            assert closed_step_time(model, cluster, par, PROF) == expected
