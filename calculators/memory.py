@@ -235,6 +235,34 @@ class _Context:
         role, _, activations, other = self._parts(rank, layers)
         return (sum(role.values()) + activations + other) / GIB
 
+    def totals_gib(self, ranks) -> list[float]:
+        """total_gib of every rank, the same sums in the same order; ranks holding alike layers
+        share their resident bytes (the planner's fit test runs thousands of times per plan)."""
+        par, out = self.par, []
+        resident = {}
+        for rank, layers in enumerate(ranks):
+            first, last = rank == 0, rank == self.last_rank
+            key = (first, last, len(layers), self.model.moe_layers_in(layers), par.rank_recompute(rank))
+            if key not in resident:
+                if key not in self.statics:
+                    self.statics[key] = self._static(*key)
+                role, _, saved, working, other = self.statics[key]
+                resident[key] = (sum(role.values()), saved, working, other)
+            fixed, saved, working, other = resident[key]
+            activations = _inflight(par.schedule, par.pp, par.vpp, par.microbatches)[rank] * saved + working
+            if last:
+                kept, transient = self.output
+                out_inflight = _inflight(par.schedule if par.schedule != "zb" else "1f1b", par.pp,
+                                         par.vpp if par.schedule != "zb" else 1, par.microbatches)[rank]
+                activations += min(out_inflight, par.microbatches) * kept + transient
+            out.append((fixed + activations + other) / GIB)
+        return out
+
+
+@lru_cache(maxsize=4096)
+def _inflight(schedule: str, p: int, v: int, m: int) -> tuple:
+    return tuple(inflight_microbatches(schedule, p, v, m, r) for r in range(p))
+
 
 @dataclass(frozen=True)
 class PeakMemory:
@@ -254,7 +282,7 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> 
     """estimate_memory's most loaded GPU, computed the same way; raises ConfigError alike."""
     check_layout(model, cluster, par)
     ctx = _Context(model, par)
-    totals = [ctx.total_gib(rank, layers) for rank, layers in enumerate(stage_layers(model, par))]
+    totals = ctx.totals_gib(stage_layers(model, par))
     worst = max(range(len(totals)), key=totals.__getitem__)
     return PeakMemory(totals[worst], worst, sum(totals), cluster.gpu.memory_gib, tuple(totals))
 

@@ -1,4 +1,6 @@
 """Memory per GPU: model states against a real model and AdamW, layouts, stage splits, properties."""
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -6,7 +8,7 @@ from hypothesis import strategies as st
 
 from calculators.frameworks import bytes_per_param
 from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.memory import GIB, estimate_memory, pipeline_stages, stage_layers
+from calculators.memory import GIB, estimate_memory, peak_memory, pipeline_stages, stage_layers
 from calculators.models import ModelSpec, MoESpec
 from calculators.errors import ConfigError
 from calculators.parallel import RECOMPUTE, ParallelConfig
@@ -113,13 +115,17 @@ layouts = st.fixed_dictionaries({
     "moe": st.booleans()})
 
 
-def _total(d):
+def _layout(d):
     model = MOE if d["moe"] else DENSE
     par = ParallelConfig(tp=d["tp"], pp=d["pp"], cp=d["cp"], dp=d["dp"], ep=d["ep"] if d["moe"] else 1,
                          etp=1, zero=d["zero"], sp=d["sp"], mbs=d["mbs"], gbs=d["dp"] * d["mbs"] * d["m"],
                          seq=d["seq"], recompute=d["recompute"], schedule=d["schedule"],
                          framework=d["framework"], flash=d["flash"])
-    return estimate_memory(model, ClusterSpec(H100, 1, par.world), par).total_gib
+    return model, ClusterSpec(H100, 1, par.world), par
+
+
+def _total(d):
+    return estimate_memory(*_layout(d)).total_gib
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,6 +166,27 @@ def test_recompute_order(d):
     except ValueError:
         return
     assert totals[0] >= totals[1] >= totals[2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(layouts, st.sampled_from(["none", "mixed", "uneven", "interleaved", "dualpipe"]))
+def test_the_planners_fit_test_is_every_stage_of_the_estimate(d, variant):
+    """peak_memory (the planner's lean path) gives each rank estimate_memory's total."""
+    try:
+        model, cluster, par = _layout(d)
+        if variant == "mixed" and par.pp > 1:
+            modes = tuple(RECOMPUTE[r % 3] for r in range(par.pp))
+            par = replace(par, recompute_ranks=modes, recompute=max(modes, key=RECOMPUTE.index))
+        if variant == "uneven" and par.pp > 1 and par.schedule != "dualpipe":
+            par = replace(par, split=(model.layers - par.pp + 1,) + (1,) * (par.pp - 1))
+        if variant in ("interleaved", "dualpipe"):
+            par = replace(par, schedule=variant, vpp=2 if variant == "interleaved" else 1)
+        est = estimate_memory(model, cluster, par)
+    except ValueError:
+        return
+    peak = peak_memory(model, cluster, par)
+    assert peak.totals == pytest.approx([s.total_gib for s in est.stages], rel=1e-12)
+    assert (peak.total_gib, peak.stage) == (pytest.approx(est.total_gib, rel=1e-12), est.worst.stage)
 
 
 def test_dualpipe_keeps_both_ends_on_rank_zero():
