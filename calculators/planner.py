@@ -135,6 +135,7 @@ class _Search:
         self.memories: dict = {}            # par -> PeakMemory or the ConfigError it raised
         self.costs: dict = {}               # par at ZeRO-0 -> its StageCosts, shared by its ZeRO stages
         self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
+        self.led: set = set()               # the layouts that fit and were scored
         self.rejected: list[Rejected] = []
         self.count = 0
 
@@ -147,17 +148,20 @@ class _Search:
         return self.memories[par]
 
     def score(self, par, fits: bool = True) -> float:
+        """`par`'s closed-form time; one that fits joins the leaders (once, however often asked,
+        and also when its time was first asked for as a bound)."""
         if par not in self.times:
             self.count += 1
             key = replace(par, zero=0)          # stage costs do not depend on the ZeRO stage
             if key not in self.costs:
                 self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
-            t = closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
-            self.times[par] = t
-            if fits:
-                bisect.insort(self.leaders, t)
-                del self.leaders[FINALISTS:]
-        return self.times[par]
+            self.times[par] = closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
+        t = self.times[par]
+        if fits and par not in self.led:
+            self.led.add(par)
+            bisect.insort(self.leaders, t)
+            del self.leaders[FINALISTS:]
+        return t
 
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
@@ -179,7 +183,7 @@ class _Search:
         already well behind the leaders will not catch up (the DP costs a few ms)."""
         if len(self.leaders) < FINALISTS:
             return True
-        return self.score(par) <= 1.1 * self.leaders[-1]
+        return self.score(par, fits=False) <= 1.1 * self.leaders[-1]   # even: it may not fit
 
     def frugal(self):
         """Each (tp, cp, pp, dp, ep) at its most frugal setting, if that fits: its other knobs
