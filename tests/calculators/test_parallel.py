@@ -56,7 +56,10 @@ def test_warnings(par, words):
 
 
 @pytest.mark.parametrize("field,value", [("tp", 0), ("tp", "8"), ("zero", 4), ("recompute", "some"),
-                                         ("schedule", "1F1B"), ("framework", "jax"), ("precision", "fp4")])
+                                         ("schedule", "1F1B"), ("framework", "jax"), ("precision", "fp4"),
+                                         ("split", (0, 2)), ("split", (True, 2)), ("split", (1.0, 2)),
+                                         ("split", ([1], 2)), ("recompute_ranks", ("none", "some")),
+                                         ("recompute_ranks", (["none"],))])
 def test_bad_field_values(field, value):
     with pytest.raises(ConfigError, match=field):
         ParallelConfig(**{field: value})
