@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 from .parallel import ParallelConfig
-from .step import StepEstimate, estimate_step
+from .step import StepEstimate
 
 TIMED_REJECTS = 400              # out-of-memory candidates timed to find the most tempting ones
 LABELS = {"compute": "compute", "recompute": "recomputation",
@@ -113,7 +113,7 @@ def rejections(search, ranked, runners_up):
     timed = []
     for r in oom:
         try:
-            t = estimate_step(search.model, search.cluster, r.par, search.profile, pipeline="closed").time_s
+            t = search.times.get(r.par) or search.closed_time(r.par)
         except ConfigError:
             continue
         timed.append((t, r))

@@ -26,6 +26,19 @@ import math
 
 ROLES = ("weights", "grads", "master", "optimizer")
 
+# What a framework runs where it is narrower than the calculators' space; the planner proposes
+# nothing outside it. nanotron: its AFAB and 1F1B pipeline engines, its ZeRO-1 optimizer, no
+# context parallelism (its README's feature list; interleaved 1F1B, ZeRO-3 and ring attention are
+# on its roadmap). DeepSpeed: its pipeline engine runs one schedule, 1F1B (TrainSchedule).
+# Megatron-LM runs 1F1B and interleaved 1F1B; the planner also offers it ZB-H1 and DualPipeV as
+# the forks that add them do, and the export says so.
+LIMITS = {
+    "nanotron": {"schedule": ("gpipe", "1f1b"), "zero": (0, 1), "cp": (1,)},
+    "deepspeed": {"schedule": ("1f1b",)},
+}
+# DeepSpeed's pipeline engine refuses ZeRO-2/3 (its PipelineEngine asserts zero stage < 2).
+MAX_ZERO_WITH_PP = {"deepspeed": 1}
+
 
 def bytes_per_param(framework: str, zero: int, dp: int = 2) -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only

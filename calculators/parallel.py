@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .errors import ConfigError, require
+from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import ClusterSpec
 from .models import ModelSpec
 
@@ -187,8 +188,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                  "cross the slow inter-node network")
     if par.precision == "fp8" and cluster.gpu.fp8_tflops <= 0:
         p.append(f"{cluster.gpu.name} has no FP8 tensor cores; use precision 'bf16'")
-    if par.zero >= 2 and pp > 1 and par.framework == "deepspeed":
-        p.append(f"DeepSpeed does not combine ZeRO-{par.zero} with pipeline parallelism; use zero<=1 or pp=1")
+    if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
+        p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
+                 f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")
     if p:
         raise ConfigError(p)
     return w

@@ -28,92 +28,19 @@ from dataclasses import replace
 from .errors import ConfigError
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
 from .hardware import ClusterSpec
+from .frameworks import MAX_ZERO_WITH_PP
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
-from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES, ParallelConfig, virtual_split
+from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, virtual_split
 from .profiles import HardwareProfile, default_profile
+from .space import space, structures
 from .split import balance_split
 from .step import closed_step_time, estimate_step, stage_costs
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
-KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap")
-DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 FINALISTS = 12                   # closed-form leaders that are rebalanced and simulated
-MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 PRUNE = 1.15                     # skip a structure whose optimistic time is this far behind
-
-
-# ------------------------------------------------------------------------------ the space
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
-def _space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -> dict:
-    """Allowed values per knob: the defaults, narrowed by `constraints` (a value or a list)."""
-    unknown = sorted(set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"})
-    if unknown:
-        raise ConfigError(f"plan constraints: unknown key(s) {', '.join(map(repr, unknown))}; "
-                          f"known: {', '.join(KNOBS)}, framework, tp_across_nodes, uneven_split, top")
-    world, gpn = cluster.world, cluster.gpus_per_node
-    tp_cap = world if constraints.get("tp_across_nodes") else gpn
-    space = {
-        "tp": [t for t in _divisors(world) if t <= min(tp_cap, model.heads)],
-        # CP pays off for long sequences; below 2k tokens per rank its ring steps are too short
-        "cp": [c for c in (1, 2, 4, 8, 16, 32) if world % c == 0 and (c == 1 or seq // c >= MIN_CP_CHUNK)],
-        "ep": _divisors(model.moe.experts) if model.moe else [1],
-        "etp": [0, 1],           # 0: expert TP = tp (Megatron's default); 1: experts not TP-sharded
-        "pp": [p for p in _divisors(world) if p <= model.layers],
-        "vpp": [2, 3, 4, 6, 8],
-        "zero": [0, 1, 2, 3],
-        "mbs": [1, 2, 4, 8],
-        "recompute": list(RECOMPUTE),
-        "schedule": list(DEFAULT_SCHEDULES),
-        "precision": ["bf16"],
-        # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
-        # is taken where allowed; by default where the framework has it built in (Megatron/TE)
-        "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
-    }
-    for knob in KNOBS:
-        if knob in constraints:
-            v = constraints[knob]
-            space[knob] = list(v) if isinstance(v, (list, tuple)) else [v]
-            if not space[knob]:
-                raise ConfigError(f"plan constraints: {knob} allows no value")
-    bad = [s for s in space["schedule"] if s not in SCHEDULES] + \
-        [r for r in space["recompute"] if r not in RECOMPUTE] + \
-        [v for v in space["tp_overlap"] if not isinstance(v, bool)]
-    if bad:
-        raise ConfigError(f"plan constraints: unknown schedule/recompute/tp_overlap {bad}; schedules {SCHEDULES}, "
-                          f"recompute {RECOMPUTE}, tp_overlap true or false")
-    if model.moe is None:
-        space["ep"], space["etp"] = [1], [0]
-    space["recompute"] = [r for r in RECOMPUTE if r in space["recompute"]]   # least first
-    return space
-
-
-def _structures(model, cluster, space, gbs):
-    """(tp, cp, pp, dp, ep, etp) on the cluster; yields (sizes, None) or (sizes, why invalid)."""
-    world = cluster.world
-    for tp in space["tp"]:
-        for cp in space["cp"]:
-            for pp in space["pp"]:
-                if world % (tp * cp * pp):
-                    yield dict(tp=tp, cp=cp, pp=pp, dp=1, ep=1, etp=0), \
-                        f"tp*cp*pp = {tp}*{cp}*{pp} does not divide the {world} GPUs"
-                    continue
-                dp = world // (tp * cp * pp)
-                for ep in space["ep"]:
-                    for etp in space["etp"]:
-                        sizes = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
-                        if etp == 1 and tp == 1 and 0 in space["etp"]:
-                            continue     # the same as etp=tp
-                        if gbs % dp:
-                            yield sizes, f"gbs={gbs} is not a multiple of dp={dp}"
-                        elif model.moe and (dp * cp * tp) % (ep * (etp or tp)):
-                            yield sizes, f"ep*etp={ep * (etp or tp)} does not divide dp*cp*tp={dp * cp * tp}"
-                        else:
-                            yield sizes, None
 
 
 def _oom_reason(mem) -> str:
@@ -127,7 +54,7 @@ class _Search:
     def __init__(self, model, cluster, profile, seq, gbs, constraints):
         self.model, self.cluster, self.profile, self.seq, self.gbs = model, cluster, profile, seq, gbs
         self.constraints = constraints
-        self.space = _space(model, cluster, seq, constraints)
+        self.space = space(model, cluster, seq, constraints)
         self.framework = constraints.get("framework", "megatron")
         self.uneven = bool(constraints.get("uneven_split", True))
         self.scored: list[tuple[float, ParallelConfig]] = []
@@ -152,16 +79,20 @@ class _Search:
         and also when its time was first asked for as a bound)."""
         if par not in self.times:
             self.count += 1
-            key = replace(par, zero=0)          # stage costs do not depend on the ZeRO stage
-            if key not in self.costs:
-                self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
-            self.times[par] = closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
+            self.times[par] = self.closed_time(par)
         t = self.times[par]
         if fits and par not in self.led:
             self.led.add(par)
             bisect.insort(self.leaders, t)
             del self.leaders[FINALISTS:]
         return t
+
+    def closed_time(self, par) -> float:
+        """estimate_step's closed-form time, with stage costs shared by a layout's ZeRO stages."""
+        key = replace(par, zero=0)
+        if key not in self.costs:
+            self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
+        return closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
 
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
@@ -189,12 +120,13 @@ class _Search:
         """Each (tp, cp, pp, dp, ep) at its most frugal setting, if that fits: its other knobs
         can only add memory."""
         sp = self.space
-        for sizes, invalid in _structures(self.model, self.cluster, sp, self.gbs):
+        for sizes, invalid in structures(self.model, self.cluster, sp, self.gbs):
             try:
                 tp = sizes["tp"] > 1
                 vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
+                zero = self.zero_stages(sizes["dp"], sizes["cp"], sizes["pp"])[0]
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
-                                      gbs=self.gbs, mbs=min(sp["mbs"]), zero=self.zero_stages(sizes["dp"], sizes["cp"])[0],
+                                      gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
@@ -227,11 +159,13 @@ class _Search:
     def first_fit(self):
         return next(self.frugal(), None)
 
-    def zero_stages(self, dp: int, cp: int) -> list:
-        """The ZeRO stages to try, most frugal first. With one data-parallel replica (dp x cp = 1)
-        ZeRO shards nothing: it saves no memory (nanotron's ZeRO-1 even adds a gather buffer), so
-        only the lowest stage allowed is tried, not a duplicate plan per stage."""
-        stages = sorted(self.space["zero"], reverse=True)
+    def zero_stages(self, dp: int, cp: int, pp: int) -> list:
+        """The ZeRO stages to try, most frugal first (those the framework runs with a pipeline).
+        With one data-parallel replica (dp x cp = 1) ZeRO shards nothing: it saves no memory
+        (nanotron's ZeRO-1 even adds a gather buffer), so only the lowest stage allowed is
+        tried, not a duplicate plan per stage."""
+        cap = MAX_ZERO_WITH_PP.get(self.framework, 3) if pp > 1 else 3
+        stages = sorted((z for z in self.space["zero"] if z <= cap), reverse=True) or [min(self.space["zero"])]
         return stages if dp * cp > 1 else stages[-1:]
 
     def _expand(self, base):
@@ -243,7 +177,7 @@ class _Search:
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
-                    for zero in self.zero_stages(base.dp, base.cp):
+                    for zero in self.zero_stages(base.dp, base.cp, base.pp):
                         fitted = False
                         for mbs in sorted(sp["mbs"]):
                             if self.gbs % (base.dp * mbs):

@@ -147,6 +147,23 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
     assert not nothing.plans and "does not divide the 16 GPUs" in nothing.impossible and nothing.min_gpus == 0
 
 
+def test_plans_stay_within_what_the_framework_runs():
+    """nanotron has AFAB/1F1B engines, ZeRO-1 and no context parallelism; DeepSpeed's pipeline
+    engine runs 1F1B. Asking for more is explained; the defaults keep inside. (Planning for
+    nanotron used to crash on DualPipeV, and DeepSpeed with pp > 1 found nothing.)"""
+    model, cluster = model_from_name("llama3-70b"), ClusterSpec(H100, nodes=16)
+    nano = plan(model, cluster, 8192, 1024, {"framework": "nanotron"})
+    assert nano.plans and all(p.par.schedule in ("gpipe", "1f1b") and p.par.zero <= 1 and p.par.cp == 1
+                              for p in nano.plans)
+    deep = plan(model, cluster, 8192, 1024, {"framework": "deepspeed", "tp": 8, "pp": [2, 4]})
+    # its pipeline engine also refuses ZeRO-2/3: the frugal setting of a pipeline is ZeRO-1
+    assert deep.plans and all(p.par.schedule == "1f1b" and p.par.zero <= 1 for p in deep.plans)
+    with pytest.raises(ConfigError, match=r"nanotron does not run schedule \['zb'\]; it runs schedule"):
+        plan(model, cluster, 8192, 1024, {"framework": "nanotron", "schedule": ["1f1b", "zb"]})
+    with pytest.raises(ConfigError, match=r"nanotron does not run zero \[2, 3\]"):
+        plan(model, cluster, 8192, 1024, {"framework": "nanotron", "zero": [1, 2, 3]})
+
+
 def test_exports_carry_the_layout():
     cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
     par = plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "none"}).plans[0].par
