@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .errors import ConfigError
 from .hardware import ClusterSpec
@@ -69,18 +70,22 @@ def axis_sizes(par: ParallelConfig) -> dict[str, int]:
 def group(axes, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) -> Group:
     """The placement of one group spanning `axes` (one name, or several: the dense gradients
     reduce over ("cp", "ep", "dp"), every rank holding the same dense weights)."""
-    sizes = axis_sizes(par)
     if sorted(order) != sorted(DEFAULT_ORDER):
         raise ConfigError(f"rank order must be a permutation of {'-'.join(DEFAULT_ORDER)} (got {'-'.join(order)})")
     members = (axes,) if isinstance(axes, str) else tuple(axes)
+    return _group(members, tuple(axis_sizes(par).items()), cluster.gpus_per_node, cluster.nodes, tuple(order))
+
+
+@lru_cache(maxsize=4096)
+def _group(members: tuple, sizes: tuple, g: int, nodes: int, order: tuple) -> Group:
+    sizes = dict(sizes)
     n = math.prod(sizes[a] for a in members)
     if n == 1:
         return Group(1, 1, 1)
     inner = order[:min(order.index(a) for a in members)]
     stride = math.prod(sizes[a] for a in inner)
-    g = cluster.gpus_per_node
     per_node = min(n, max(1, g // stride))
-    return Group(n, per_node, math.ceil(n / per_node), sharing=cluster.nodes)
+    return Group(n, per_node, math.ceil(n / per_node), sharing=nodes)
 
 
 def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) -> Group:

@@ -133,25 +133,25 @@ def _cost_split(model: ModelSpec, p: int) -> tuple:
     return tuple(map(tuple, ranks))
 
 
-def rank_layer_params(model: ModelSpec, par: ParallelConfig, layer: int) -> tuple[float, float]:
-    """(dense, expert) parameters of one layer held by one GPU."""
+def kind_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of one layer of a kind (MoE or dense MLP)."""
+    return _kind_params(model, moe, par.tp, par.ep, par.etp)
+
+
+@lru_cache(maxsize=1024)
+def _kind_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
     dense, expert = float(model.layer_norm_params()), 0.0
-    for m in model.layer_matmuls(model.is_moe_layer(layer)):
+    for m in model.layer_matmuls(moe):
         w, b = m.fan_in * m.fan_out, (m.fan_out if m.bias else 0)
         if m.expert:
-            expert += m.stored / par.ep * (w + b) / par.etp
+            expert += m.stored / ep * (w + b) / etp
         elif m.tp == "col":
-            dense += m.stored * (w + b) / par.tp
+            dense += m.stored * (w + b) / tp
         elif m.tp == "row":
-            dense += m.stored * (w / par.tp + b)
+            dense += m.stored * (w / tp + b)
         else:
             dense += m.stored * (w + b)
     return dense, expert
-
-
-def kind_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU holds of one layer of a kind (MoE or dense MLP)."""
-    return rank_layer_params(model, par, next(i for i in range(model.layers) if model.is_moe_layer(i) == moe))
 
 
 class _Context:

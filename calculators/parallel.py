@@ -85,6 +85,8 @@ class ParallelConfig:
     def by_recompute(self) -> dict:
         """{mode: this layout with that mode on every rank} for every mode some rank uses: the
         per-layer costs that memory and time look up by a rank's mode."""
+        if not self.recompute_ranks:
+            return {self.recompute: self}
         return {mode: replace(self, recompute=mode, recompute_ranks=())
                 for mode in set(self.recompute_ranks) | {self.recompute}}
 

@@ -89,7 +89,7 @@ class _Search:
 
     def closed_time(self, par) -> float:
         """estimate_step's closed-form time, with stage costs shared by a layout's ZeRO stages."""
-        key = replace(par, zero=0)
+        key = replace(par, zero=0) if par.zero else par
         if key not in self.costs:
             self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
         return closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
@@ -197,7 +197,7 @@ class _Search:
         """Score `par` with the least recompute that fits; False when even the most does not.
         When that needs recompute on a pipeline, also score recompute per rank."""
         levels = self.space["recompute"]
-        frugal = self._fitting(replace(par, recompute=levels[-1]))
+        frugal = self._fitting(par if par.recompute == levels[-1] else replace(par, recompute=levels[-1]))
         if frugal is None:
             return False
         best = next((c for c in (self._fitting(replace(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
