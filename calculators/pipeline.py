@@ -45,12 +45,23 @@ def Op(kind: str, stage: int, mb: int) -> tuple:
     return (kind, stage, mb)
 
 
-def stages_of_rank(schedule: str, p: int, v: int, rank: int) -> list[int]:
+@lru_cache(maxsize=8192)
+def stages_of_rank(schedule: str, p: int, v: int, rank: int) -> tuple[int, ...]:
     if schedule == "dualpipe":
-        return [rank, 2 * p - 1 - rank]
+        return (rank, 2 * p - 1 - rank)
     if schedule == "interleaved":
-        return [c * p + rank for c in range(v)]
-    return [rank]
+        return tuple(c * p + rank for c in range(v))
+    return (rank,)
+
+
+@lru_cache(maxsize=1024)
+def stage_owner(schedule: str, p: int, v: int) -> tuple[int, ...]:
+    """The rank that runs each pipeline stage."""
+    owner = [0] * n_stages(schedule, p, v)
+    for r in range(p):
+        for st in stages_of_rank(schedule, p, v, r):
+            owner[st] = r
+    return tuple(owner)
 
 
 def n_stages(schedule: str, p: int, v: int) -> int:
@@ -280,9 +291,7 @@ class _RankPlan:
 def _compiled(schedule: str, p: int, v: int, m: int) -> tuple:
     """Each rank's ops with the indices the simulator reads (vectorised: p=64, m=1024 is 10^5 ops)."""
     S = n_stages(schedule, p, v)
-    owner = np.zeros(S, dtype=np.int64)
-    for r in range(p):
-        owner[stages_of_rank(schedule, p, v, r)] = r
+    owner = np.array(stage_owner(schedule, p, v), dtype=np.int64)
     plans = []
     for r in range(p):
         ops = tuple(op for item in rank_order(schedule, p, v, m, r)

@@ -44,7 +44,7 @@ from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
-from .pipeline import Timeline, n_stages, simulate, stages_of_rank
+from .pipeline import Timeline, n_stages, simulate, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 
 GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
@@ -150,7 +150,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
     per_stage = {}                         # (dense layers, MoE layers, mode) -> work per micro-batch
-    owner = {st: r for r in range(p) for st in stages_of_rank(par.schedule, p, v, r)}
+    owner = stage_owner(par.schedule, p, v)
     stages = pipeline_stages(model, par)
     for st, stage in enumerate(stages):
         n_moe = model.moe_layers_in(stage)
