@@ -47,11 +47,11 @@ def _cold_caches():
 
 
 def _timed_plan(*args, **kwargs):
-    """The plan and its time from cold caches, the best of two tries: this 2-core machine's
+    """The plan and its time from cold caches, the best of three tries: this 2-core machine's
     speed wanders by up to 2x with its neighbours' load, and the minimum is the planner's own
     cost (timeit's rule). Each try is a full cold search."""
     times = []
-    for _ in range(2):
+    for _ in range(3):
         _cold_caches()
         t0 = time.perf_counter()
         result = plan(*args, **kwargs)
