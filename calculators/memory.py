@@ -206,56 +206,42 @@ class _Context:
         role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
         return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))]
 
-    def _parts(self, rank: int, layers) -> tuple:
-        par = self.par
-        first, last = rank == 0, rank == self.last_rank
-        key = (first, last, len(layers), self.model.moe_layers_in(layers), par.rank_recompute(rank))
+    def _static_of(self, rank: int, layers) -> tuple:
+        """_static of this rank, plus the sum of its bytes by role; computed once per kind of rank."""
+        key = (rank == 0, rank == self.last_rank, len(layers), self.model.moe_layers_in(layers),
+               self.par.rank_recompute(rank))
         if key not in self.statics:
-            self.statics[key] = self._static(*key)
-        role, params, saved, working, other = self.statics[key]
-        m = par.microbatches
+            role, params, saved, working, other = self._static(*key)
+            self.statics[key] = role, params, saved, working, other, sum(role.values())
+        return self.statics[key]
+
+    def _activations(self, rank: int, saved: float, working: float) -> float:
+        par, m = self.par, self.par.microbatches
         # in units of the rank's whole layers (uneven virtual stages on one rank count at their mean)
-        inflight = inflight_microbatches(par.schedule, par.pp, par.vpp, m, rank)
-        activations = inflight * saved + working
-        if last:
+        activations = _inflight(par.schedule, par.pp, par.vpp, m)[rank] * saved + working
+        if rank == self.last_rank:
             kept, transient = self.output
             # The logits live from F to the loss's backward (I); ZB-H1's waiting W's do not keep them.
-            out_inflight = inflight if par.schedule != "zb" else inflight_microbatches("1f1b", par.pp, 1, m, rank)
+            out_inflight = _inflight("1f1b", par.pp, 1, m)[rank] if par.schedule == "zb" else \
+                _inflight(par.schedule, par.pp, par.vpp, m)[rank]
             activations += min(out_inflight, m) * kept + transient
-        return role, params, activations, other
+        return activations
 
     def stage(self, rank: int, layers) -> StageMemory:
-        role, params, activations, other = self._parts(rank, layers)
+        role, params, saved, working, other, fixed = self._static_of(rank, layers)
+        activations = self._activations(rank, saved, working)
         return StageMemory(
             stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
             grads_gib=role["grads"] / GIB, master_gib=role["master"] / GIB, optimizer_gib=role["optimizer"] / GIB,
-            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=(sum(role.values()) + other) / GIB)
-
-    def total_gib(self, rank: int, layers) -> float:
-        role, _, activations, other = self._parts(rank, layers)
-        return (sum(role.values()) + activations + other) / GIB
+            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=(fixed + other) / GIB)
 
     def totals_gib(self, ranks) -> list[float]:
-        """total_gib of every rank, the same sums in the same order; ranks holding alike layers
-        share their resident bytes (the planner's fit test runs thousands of times per plan)."""
-        par, out = self.par, []
-        resident = {}
+        """Every rank's total GiB without building its StageMemory (the planner's fit test runs
+        thousands of times per plan)."""
+        out = []
         for rank, layers in enumerate(ranks):
-            first, last = rank == 0, rank == self.last_rank
-            key = (first, last, len(layers), self.model.moe_layers_in(layers), par.rank_recompute(rank))
-            if key not in resident:
-                if key not in self.statics:
-                    self.statics[key] = self._static(*key)
-                role, _, saved, working, other = self.statics[key]
-                resident[key] = (sum(role.values()), saved, working, other)
-            fixed, saved, working, other = resident[key]
-            activations = _inflight(par.schedule, par.pp, par.vpp, par.microbatches)[rank] * saved + working
-            if last:
-                kept, transient = self.output
-                out_inflight = _inflight(par.schedule if par.schedule != "zb" else "1f1b", par.pp,
-                                         par.vpp if par.schedule != "zb" else 1, par.microbatches)[rank]
-                activations += min(out_inflight, par.microbatches) * kept + transient
-            out.append((fixed + activations + other) / GIB)
+            _, _, saved, working, other, fixed = self._static_of(rank, layers)
+            out.append((fixed + self._activations(rank, saved, working) + other) / GIB)
         return out
 
 

@@ -27,8 +27,8 @@ from dataclasses import replace
 
 from .errors import ConfigError
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
-from .hardware import ClusterSpec
 from .frameworks import MAX_ZERO_WITH_PP
+from .hardware import ClusterSpec
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
 from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, virtual_split
