@@ -9,6 +9,7 @@ import gradio as gr
 from calculators.errors import ConfigError
 from calculators.export import FORMATS
 from calculators.hardware import GPU_PRESETS
+from calculators.parallel import FRAMEWORKS
 from calculators.presets import MODEL_PRESETS
 from calculators.scenario import plan_answer
 from playbook.plots import plans_bar
@@ -22,21 +23,23 @@ CONTROLS = {
     "seq": (lambda v: gr.Number(v, label="sequence length", precision=0, minimum=128), 8192),
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1), 512),
     "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
+    "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
     "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
 }
 COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str) -> dict:
-    """One search per question: revisiting the chapter or changing only the export format is free."""
-    constraints = {} if recompute == "any" else {"recompute": recompute}
+def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str, framework: str) -> dict:
+    """One search per question: revisiting the chapter or changing only the export format is free.
+    The framework sets the memory layout and what may be proposed (frameworks.LIMITS)."""
+    constraints = {"framework": framework} if recompute == "any" else {"recompute": recompute, "framework": framework}
     return plan_answer({"model": {"preset": model}, "hardware": {"gpu": gpu, "nodes": nodes},
                         "seq": seq, "gbs": gbs, "constraints": constraints, "top": 5})
 
 
 def compute(v: dict):
-    ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"])
+    ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"], v["framework"])
     if ans["impossible"]:
         raise ConfigError(f"{ans['impossible']}" + (f" Smallest cluster that fits: {ans['min_gpus']} GPUs."
                                                     if ans["min_gpus"] else ""))
@@ -45,7 +48,8 @@ def compute(v: dict):
             for p in ans["plans"]]
     rejected = "\n".join(f"- `{r['label']}`: {r['reason']}" for r in ans["rejected"][:6])
     text = (f"**Why #1:** {ans['why']}\n\nSearched {ans['searched']:,} layouts in {ans['seconds']:.1f} s. MFU: "
-            f"model FLOPs over the dense bf16 peak; memory: GiB on the most loaded GPU.\n\n**Rejected:**\n{rejected}")
+            f"model FLOPs over the dense bf16 peak; memory: GiB on the most loaded GPU, in {v['framework']}'s "
+            f"layout.\n\n**Rejected:**\n{rejected}")
     best = ans["plans"][0]["exports"][v["export"]]
     code = best["text"] + "".join(f"\n# note: {n}" for n in best["notes"])
     return plans_bar(ans["plans"]), rows, code, text

@@ -117,3 +117,16 @@ def test_planner_widget_answers_in_seconds(demo, client):
         planner._plan.cache_clear()                   # a new question each time: the whole search
         times.append(_server_side_ms(demo, name, args, 1))
     assert max(times) < 5000, times
+
+
+def test_planner_widget_plans_for_the_chosen_framework():
+    """The framework control sets the memory layout and keeps plans to what that framework runs."""
+    from playbook.widgets import planner
+    values = {key: default for key, (_, default) in planner.CONTROLS.items()}
+    values.update(framework="nanotron", model="llama3-8b", nodes=2, gbs=128)
+    _, rows, _, text = planner.compute(values)
+    assert rows and "nanotron's layout" in text
+    for row in rows:
+        label = row[1]
+        assert " cp1 " in label and "zero2" not in label and "zero3" not in label, label
+        assert label.split(" mbs")[1].split()[1] in ("1f1b", "gpipe"), label
