@@ -35,7 +35,7 @@ from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .space import space, structures
 from .split import balance_split
-from .step import closed_step_time, estimate_step, stage_costs
+from .step import closed_step_time, estimate_step, rank_busy, stage_costs, tail_time
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
@@ -87,12 +87,23 @@ class _Search:
             del self.leaders[FINALISTS:]
         return t
 
-    def closed_time(self, par) -> float:
-        """estimate_step's closed-form time, with stage costs shared by a layout's ZeRO stages."""
+    def stage_costs(self, par):
+        """stage_costs, shared by a layout's ZeRO stages (ZeRO does not change them)."""
         key = replace(par, zero=0) if par.zero else par
         if key not in self.costs:
             self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
-        return closed_step_time(self.model, self.cluster, par, self.profile, self.costs[key])
+        return self.costs[key]
+
+    def closed_time(self, par) -> float:
+        """estimate_step's closed-form time."""
+        return closed_step_time(self.model, self.cluster, par, self.profile, self.stage_costs(par))
+
+    def floor(self, par) -> float:
+        """A lower bound of the simulated step: every op of the busiest rank, one after another
+        (m times its work per micro-batch), plus what follows the pipeline."""
+        costs = self.stage_costs(par)
+        busy = rank_busy(par.schedule, par.pp, par.vpp if par.schedule == "interleaved" else 1, costs)
+        return par.microbatches * max(busy) + tail_time(self.model, self.cluster, par, self.profile, costs)
 
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
@@ -279,7 +290,13 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
     leaders = distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
     # the closed form ranks; the simulator, which times the schedules' real overlap (ZB's W
     # filling the drain, uneven stages), decides among twice as many as are shown
-    timed = sorted(filter(None, (_simulated(search, par) for _, par in leaders[:2 * top])), key=lambda p: p.step.time_s)
+    timed = []
+    for _, par in leaders[:2 * top]:
+        shown = sorted(p.step.time_s for p in timed)
+        if len(shown) >= top and search.floor(par) > shown[top - 1] * (1 + 1e-9):
+            continue        # its busiest rank's work alone is slower than every plan shown: skip its simulation
+        timed.extend(filter(None, [_simulated(search, par)]))
+    timed.sort(key=lambda p: p.step.time_s)
     ranked = timed[:top]
     result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
                         why=why(ranked[0], ranked[1]) if len(ranked) >= 2 else "", searched=search.count, seconds=0.0)

@@ -294,7 +294,12 @@ def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
     costs = costs or stage_costs(model, cluster, par, profile)
     v = par.vpp if par.schedule == "interleaved" else 1
     return pipeline_time(par.schedule, par.pp, par.microbatches, v, costs) + \
-        _tail(model, cluster, par, profile, costs)[0]
+        tail_time(model, cluster, par, profile, costs)
+
+
+def tail_time(model, cluster, par, profile, costs) -> float:
+    """Seconds after the pipeline (exposed DP sync, ZeRO traffic, optimizer) on the slowest rank."""
+    return _tail(model, cluster, par, profile, costs)[0]
 
 
 @lru_cache(maxsize=128)

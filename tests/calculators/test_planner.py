@@ -275,3 +275,19 @@ def test_recompute_per_rank_when_only_the_first_stages_need_it():
     assert any("per pipeline rank" in n for n in notes)
     text, notes = export("harness", model, cluster, best.par)     # our harness runs it as planned
     assert "--recompute-ranks " + ",".join(modes) in text and not [n for n in notes if "recompute" in n]
+
+
+def test_the_simulation_floor_never_exceeds_the_simulated_step():
+    """The planner skips simulating a finalist whose floor (its busiest rank's ops one after
+    another, plus what follows the pipeline) is above every plan already shown; that is only
+    right if the floor never exceeds the simulated step, on every schedule."""
+    from calculators.planner import _Search
+    cases = [("llama3-70b", 8, {}), ("qwen3-30b-a3b", 8, {}),
+             ("llama3-8b", 2, {"tp": [1, 2], "schedule": ["zb", "dualpipe", "interleaved", "1f1b"]})]
+    for name, nodes, constraints in cases:
+        model, cluster = model_from_name(name), ClusterSpec(H100, nodes=nodes)
+        result = plan(model, cluster, 4096, 512, constraints, top=8)
+        search = _Search(model, cluster, default_profile(H100.name), 4096, 512, constraints)
+        assert result.plans
+        for p in result.plans:
+            assert search.floor(p.par) <= p.step.time_s * (1 + 1e-9), p.label()
