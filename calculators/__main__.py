@@ -61,8 +61,9 @@ def cmd_plan(args) -> int:
     print(f"\nwhy: {answer['why']}\n\nrejected:")
     for r in answer["rejected"]:
         print(f"  {r['label']}: {r['reason']}")
+    layout = answer["plans"][0]["parallel"]["framework"]
     print(f"\n{answer['searched']} layouts scored in {answer['seconds']:.2f} s; MFU counts model FLOPs over "
-          "the dense bf16 peak; memory in GiB on the most loaded GPU")
+          f"the dense bf16 peak; memory in GiB on the most loaded GPU, in {layout}'s layout")
     if args.export:
         p = answer["plans"][0]["exports"][args.export]
         print(f"\n# plan 1 as {args.export}\n{p['text']}")

@@ -228,6 +228,9 @@ def test_plan_cli():
     answer = json.loads(out.stdout)
     assert 1 <= len(answer["plans"]) <= 3 and answer["plans"][0]["memory"]["fits"]
     assert set(answer["plans"][0]["exports"]) == set(FORMATS)
+    text = subprocess.run([sys.executable, "-m", "calculators", "plan", "--text"], check=True, capture_output=True,
+                          input=json.dumps({**request, "constraints": {"framework": "fsdp2"}}), text=True).stdout
+    assert "most loaded GPU, in fsdp2's layout" in text      # the convention of every GiB shown
     bad = subprocess.run([sys.executable, "-m", "calculators", "plan"], input='{"model": {"preset": "llama3-8b"}}',
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "lacks seq, gbs" in bad.stderr
