@@ -295,7 +295,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
         shown = sorted(p.step.time_s for p in timed)
         if len(shown) >= top and search.floor(par) > shown[top - 1] * (1 + 1e-9):
             continue        # its busiest rank's work alone is slower than every plan shown: skip its simulation
-        timed.extend(filter(None, [_simulated(search, par)]))
+        simulated = _simulated(search, par)
+        if simulated is not None:
+            timed.append(simulated)
     timed.sort(key=lambda p: p.step.time_s)
     ranked = timed[:top]
     result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
