@@ -182,6 +182,12 @@ class _Context:
         self.head = model.vocab * model.hidden / par.tp
         self.last_rank = 0 if par.schedule == "dualpipe" else par.pp - 1   # DualPipeV: the V ends on rank 0
         self.statics: dict[tuple, tuple] = {}
+        # micro-batches in flight per rank, in units of the rank's whole layers (uneven virtual
+        # stages on one rank count at their mean); the logits live from F to the loss's backward
+        # (I), and ZB-H1's waiting W's do not keep them
+        m = par.microbatches
+        self.inflight = _inflight(par.schedule, par.pp, par.vpp, m)
+        self.out_inflight = _inflight("1f1b", par.pp, 1, m) if par.schedule == "zb" else self.inflight
 
     def _static(self, first: bool, last: bool, n_layers: int, n_moe: int, mode: str) -> tuple:
         """(bytes by role, params, saved activations per micro-batch, working set, buffers) of a
@@ -216,15 +222,10 @@ class _Context:
         return self.statics[key]
 
     def _activations(self, rank: int, saved: float, working: float) -> float:
-        par, m = self.par, self.par.microbatches
-        # in units of the rank's whole layers (uneven virtual stages on one rank count at their mean)
-        activations = _inflight(par.schedule, par.pp, par.vpp, m)[rank] * saved + working
+        activations = self.inflight[rank] * saved + working
         if rank == self.last_rank:
             kept, transient = self.output
-            # The logits live from F to the loss's backward (I); ZB-H1's waiting W's do not keep them.
-            out_inflight = _inflight("1f1b", par.pp, 1, m)[rank] if par.schedule == "zb" else \
-                _inflight(par.schedule, par.pp, par.vpp, m)[rank]
-            activations += min(out_inflight, m) * kept + transient
+            activations += min(self.out_inflight[rank], self.par.microbatches) * kept + transient
         return activations
 
     def stage(self, rank: int, layers) -> StageMemory:
