@@ -74,15 +74,12 @@ class MemoryEstimate:
                 "warnings": list(self.warnings)}
 
 
-def stage_layers(model: ModelSpec, par: ParallelConfig, stages=None) -> tuple:
-    """Layer indices held by each pipeline rank: its pipeline stages' layers (`stages`, default
-    pipeline_stages), in layer order. p=2, v=2, L=8 gives rank 0 layers (0, 1, 4, 5) and rank 1
-    (2, 3, 6, 7); DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 (0, 1, 6, 7) and rank 1
-    (2, 3, 4, 5).
+def stage_layers(model: ModelSpec, par: ParallelConfig) -> tuple:
+    """Layer indices held by each pipeline rank: its pipeline stages' layers (pipeline_stages),
+    in layer order. p=2, v=2, L=8 gives rank 0 layers (0, 1, 4, 5) and rank 1 (2, 3, 6, 7);
+    DualPipeV folds 2p chunks into a V: p=2, L=8 gives rank 0 (0, 1, 6, 7) and rank 1 (2, 3, 4, 5).
     """
-    if stages is None:
-        return _rank_layers(model, par.framework, par.schedule, par.pp, par.vpp, par.split)
-    return _fold(stages, par.schedule, par.pp, par.vpp)
+    return _rank_layers(model, par.framework, par.schedule, par.pp, par.vpp, par.split)
 
 
 def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
@@ -112,10 +109,7 @@ def _stages(model: ModelSpec, framework: str, schedule: str, p: int, v: int, spl
 
 @lru_cache(maxsize=1024)
 def _rank_layers(model: ModelSpec, framework: str, schedule: str, p: int, v: int, split: tuple) -> tuple:
-    return _fold(_stages(model, framework, schedule, p, v, split), schedule, p, v)
-
-
-def _fold(stages, schedule: str, p: int, v: int) -> tuple:
+    stages = _stages(model, framework, schedule, p, v, split)
     return tuple(tuple(layer for st in sorted(stages_of_rank(schedule, p, v, r)) for layer in stages[st])
                  for r in range(p))
 

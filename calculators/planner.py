@@ -35,7 +35,7 @@ from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .space import space, structures
 from .split import balance_split
-from .step import closed_step_time, estimate_step, rank_busy, stage_costs, tail_time
+from .step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
@@ -103,7 +103,7 @@ class _Search:
         (m times its work per micro-batch), plus what follows the pipeline."""
         costs = self.stage_costs(par)
         busy = rank_busy(par.schedule, par.pp, par.vpp if par.schedule == "interleaved" else 1, costs)
-        return par.microbatches * max(busy) + tail_time(self.model, self.cluster, par, self.profile, costs)
+        return par.microbatches * max(busy) + pipeline_tail(self.model, self.cluster, par, self.profile, costs)[0]
 
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO

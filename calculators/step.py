@@ -222,7 +222,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
         timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy)
 
-    tail, tail_parts = _tail(model, cluster, par, profile, costs)
+    tail, tail_parts = pipeline_tail(model, cluster, par, profile, costs)
     time_s = timeline.makespan + tail
 
     tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
@@ -242,7 +242,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                         bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
 
 
-def _tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
+def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
     """What follows the pipeline: exposed data-parallel sync, ZeRO traffic and the optimizer step,
     per pipeline rank (the slowest one counts), and its parts."""
     gpu, p, m = cluster.gpu, par.pp, par.microbatches
@@ -294,12 +294,7 @@ def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
     costs = costs or stage_costs(model, cluster, par, profile)
     v = par.vpp if par.schedule == "interleaved" else 1
     return pipeline_time(par.schedule, par.pp, par.microbatches, v, costs) + \
-        tail_time(model, cluster, par, profile, costs)
-
-
-def tail_time(model, cluster, par, profile, costs) -> float:
-    """Seconds after the pipeline (exposed DP sync, ZeRO traffic, optimizer) on the slowest rank."""
-    return _tail(model, cluster, par, profile, costs)[0]
+        pipeline_tail(model, cluster, par, profile, costs)[0]
 
 
 @lru_cache(maxsize=128)
