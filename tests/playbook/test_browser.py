@@ -14,7 +14,7 @@ import pytest
 
 from playbook import book
 
-from tests.playbook.conftest import ROOT, start_seconds
+from tests.playbook.conftest import ROOT, free_port, start_seconds
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
@@ -100,22 +100,52 @@ def open_chapter(page, slug):
     page.wait_for_selector(f"button[role=tab][data-tab-id='{slug}'][aria-selected=true]")
 
 
-def _first_draw(page, url, first) -> float:
-    """Seconds from opening the page to the first chapter's widget drawn."""
+def _first_draw(browser, url, plot_id) -> float:
+    """Seconds from opening the page, in a new tab, to the plot `plot_id` drawn."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
     t0 = time.perf_counter()
     page.goto(url, wait_until="commit")
-    wait_for_plot(page, first)
-    return time.perf_counter() - t0
+    page.wait_for_function(f"(id) => ({PLOT_SIGNATURE})(id) !== null", arg=plot_id, timeout=30000)
+    seconds = time.perf_counter() - t0
+    page.close()
+    return seconds
 
 
-def test_every_chapter_every_widget_in_a_browser(server, browser, widgets):
+@pytest.fixture(scope="module")
+def bare_page():
+    """The yardstick for the first draw: a bare Gradio page whose one Plotly plot is drawn by a
+    load event, served from this process. Gradio's own frontend takes most of a first draw and
+    its time swings with the machine (2.7 s on an idle 2-core machine, 4.6 s when it is busy), so
+    the app is timed against this page in the same browser at the same moment."""
+    import plotly.graph_objects as go
+    with gr.Blocks() as demo:
+        gr.Markdown("# bare")
+        plot = gr.Plot(elem_id="bare-plot")
+        demo.load(lambda: go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2])), None, plot)
+    demo.queue().launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    yield demo.local_url, "bare-plot"
+    demo.close()
+
+
+def first_draws(browser, url, plot_id, bare, tries=2):
+    """(the app's first draw, the bare page's), each the best of `tries`, taken in turns so that
+    a stall of the shared machine falls on both alike."""
+    app, base = [], []
+    for _ in range(tries):
+        app.append(_first_draw(browser, url, plot_id))
+        base.append(_first_draw(browser, *bare))
+    return min(app), min(base)
+
+
+def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_page):
     url, started_s = server
     shots = Path(os.environ.get("PLAYBOOK_SCREENSHOTS", ROOT / "artifacts" / "screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     problems = watch(page)
     first = next(w for w in widgets if w.wid.split("_")[1] == "1")
-    first_draw_s = _first_draw(page, url, first)
+    first_draw_s, bare_s = first_draws(browser, url, first.plot.elem_id, bare_page)
+    page.goto(url)
     overflow = page.locator(".overflow-dropdown button").count()
     assert overflow == 0, f"{overflow} chapter tabs hidden behind the overflow menu at 1280 px"
     done = []
@@ -138,15 +168,13 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets):
     if started_s >= 10:
         started_s = min(started_s, start_seconds())
     assert started_s < 10, f"server took {started_s:.1f} s to answer, best of two (target: under 10 s)"
-    # Target: 3 s. A bare Gradio page with one Plotly plot takes about 2.7 s in headless Chromium
-    # without a GPU on a 2-core machine; this page takes 3.4 to 3.9 s there. The bound catches
-    # regressions (before widgets drew per chapter it was 17 s).
-    if first_draw_s >= 6:                          # a stall of the shared machine? measure once more
-        again = browser.new_page(viewport={"width": 1280, "height": 800})
-        first_draw_s = min(first_draw_s, _first_draw(again, url, first))
-        again.close()
-    assert first_draw_s < 6, f"first widget drawn {first_draw_s:.1f} s after the page opened, best of two"
+    # Target: 3 s on an idle 2-core machine without a GPU, where the bare page takes about 2.7 s
+    # and this one about 3.5 s. The bound, twice the bare page's time, catches regressions (before
+    # widgets drew per chapter it was 17 s, six times the bare page) on a fast or a slow machine.
+    assert first_draw_s < 2 * bare_s, (f"first widget drawn {first_draw_s:.1f} s after the page opened, "
+                                       f"a bare Gradio page's plot {bare_s:.1f} s (bound: twice that)")
     print(json.dumps({"server_start_s": round(started_s, 1), "first_draw_s": round(first_draw_s, 1),
+                      "bare_page_first_draw_s": round(bare_s, 1),
                       "moved": done}, indent=1))
 
 
