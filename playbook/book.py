@@ -16,7 +16,9 @@ and on any `{{` left unfilled: a chapter never ships a placeholder.
 """
 from __future__ import annotations
 
+import multiprocessing
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -81,7 +83,30 @@ def parse(text: str, where: str = "chapter") -> Chapter:
                    meta.get("tab", title).strip())
 
 
-@lru_cache(maxsize=1)
-def chapters(folder: Path = CHAPTERS) -> tuple[Chapter, ...]:
+def _render(folder: Path) -> tuple[Chapter, ...]:
     out = [parse(p.read_text(), str(p.name)) for p in sorted(folder.glob("*.md"))]
     return tuple(sorted(out, key=lambda c: c.order))
+
+
+_ahead = None                                     # the chapters being rendered by render_ahead's process
+
+
+def render_ahead() -> None:
+    """Start rendering the chapters in a forked process, so that the app can import Gradio and
+    build its pages meanwhile on another core: one chapter's number is a planner search, seconds
+    of one core. chapters() takes the result; where fork is missing, chapters() renders as usual."""
+    global _ahead
+    if _ahead is None and "fork" in multiprocessing.get_all_start_methods():
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+        _ahead = pool, pool.submit(_render, CHAPTERS)
+
+
+@lru_cache(maxsize=1)
+def chapters(folder: Path = CHAPTERS) -> tuple[Chapter, ...]:
+    if folder == CHAPTERS and _ahead is not None:
+        pool, rendered = _ahead
+        failed = rendered.exception()             # waits for it
+        pool.shutdown()
+        if failed is None:
+            return rendered.result()
+    return _render(folder)                        # a failure ahead fails here again, with its message

@@ -1,5 +1,7 @@
 """Chapters: all thirteen render, in order, each with a widget, no placeholder left, and a
 worked-example number is the calculators' (it changes when the calculator does)."""
+import multiprocessing
+
 import pytest
 
 from calculators.memory import estimate_memory
@@ -16,6 +18,19 @@ def test_thirteen_chapters_in_order_each_with_a_widget_and_sources():
         assert "{{" not in text, c.slug
         if c.order < 13:
             assert "**Takeaway.**" in text and "**Sources.**" in text, c.slug
+
+
+def test_chapters_rendered_ahead_in_another_process_are_the_same(monkeypatch):
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork here: the app renders its chapters in its own process")
+    here = book.chapters()
+    monkeypatch.setattr(book, "_ahead", None)
+    book.chapters.cache_clear()
+    try:
+        book.render_ahead()
+        assert book.chapters() == here
+    finally:
+        book.chapters.cache_clear()
 
 
 def test_worked_example_number_follows_the_calculator(monkeypatch):
