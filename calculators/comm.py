@@ -18,6 +18,8 @@ GB/s) and alpha its per-step latency:
            reduce-scatter + inter-node all-reduce of S/k on each of the k rails + intra-node
            all-gather; all-gather and reduce-scatter likewise in two phases; all-to-all sends
            (n-k)/n of its buffer over the NICs and (k-1)/n over NVLink at the same time.
+    MoE dispatch with DeepEP (dispatch_time): one copy of a token per other node that holds
+           one of its experts over the NICs, one per GPU holding one over NVLink.
 Across nodes each GPU gets min(link, fabric_gbps / N_f) when the fabric is shared, with N_f the
 nodes crossing it at once: a benchmark's N, but in training every group of an axis runs its
 collective at the same moment, so a TP or DP group spanning 2 nodes of a 32-node job shares the
@@ -153,6 +155,34 @@ def collective_time(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, pr
         t += _flat(phase, nbytes, k, "intra", cluster, profile, 1, algo) * (
             profile.efficiency["intra"][phase] / profile.efficiency["intra"][op])
     return t
+
+
+def experts_hit(experts: int, top_k: int, parts: int) -> float:
+    """Expected number of `parts` (equal shares of `experts`: nodes or GPUs) that hold at least one
+    of a token's top_k distinct experts, routed uniformly (balanced routing)."""
+    parts = max(1, min(parts, experts))
+    miss = math.comb(experts - experts // parts, top_k) / math.comb(experts, top_k)
+    return parts * (1 - miss)
+
+
+def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: ClusterSpec,
+                  profile: HardwareProfile) -> float:
+    """Seconds for one DeepEP-style MoE dispatch (or combine) of a rank's tokens, `nbytes` for one
+    copy of each, over the expert-parallel group `grp`. A token crosses the network once per other
+    node holding one of its experts, and NVLink carries one copy per GPU holding one, all at once
+    (the all-to-all instead sends a copy per expert: top_k of them). Routing is taken as balanced;
+    an imbalanced router sends more to its busiest rank."""
+    n, k, N = grp.size, grp.per_node, grp.nodes
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    alpha = ((N - 1) * profile.latency_us["inter"] + (k - 1) * profile.latency_us["intra"]) * 1e-6
+    over_nvlink = nbytes * experts_hit(experts, top_k, n) * (k - 1) / k / \
+        _link("intra", cluster, profile, "ep_dispatch", 1)
+    if N == 1:
+        return alpha + over_nvlink
+    over_nics = nbytes * experts_hit(experts, top_k, N) * (N - 1) / N / \
+        _link("inter", cluster, profile, "ep_dispatch", grp.fabric_nodes)
+    return alpha + max(over_nics, over_nvlink)
 
 
 def bus_bandwidth(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, profile: HardwareProfile,

@@ -50,7 +50,12 @@ def _harness(model, cluster, par, model_ref):
         args.append("--recompute-ranks " + ",".join(par.recompute_ranks))
     notes = ["the harness does not pipeline TP's collectives with their GEMMs: expect the step without tp_overlap"] \
         if par.tp_overlap else []
-    return " \\\n    ".join(args), notes
+    return " \\\n    ".join(args), notes + _alltoall_only(par, "the harness")
+
+
+def _alltoall_only(par, who: str) -> list[str]:
+    return [f"{who} dispatches MoE tokens with an all-to-all, not DeepEP: expect the step with dispatcher "
+            "alltoall (more inter-node traffic)"] if par.ep > 1 and par.dispatcher == "deepep" else []
 
 
 def _megatron(model, cluster, par, _ref):
@@ -64,6 +69,8 @@ def _megatron(model, cluster, par, _ref):
         a.append("--tp-comm-overlap")
     if par.ep > 1:
         a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
+        a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] \
+            if par.dispatcher == "deepep" else ["--moe-token-dispatcher-type alltoall"]
     stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
     if par.split and _is_megatron_split(model, par.split):
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
@@ -125,6 +132,7 @@ def _torchtitan(model, cluster, par, _ref):
                      'components = ["model"]')
     if par.ep > 1:
         lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
+        notes += _alltoall_only(par, "torchtitan")
     lines += ["", "[activation_checkpoint]", f'mode = "{par.recompute}"', "", "[training]",
               f"local_batch_size = {par.gbs // par.dp}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
     if par.precision == "fp8":
@@ -159,6 +167,7 @@ def _deepspeed(model, cluster, par, _ref):
                      "(sequence_parallel_size), a different algorithm from ring attention")
     if par.ep > 1:
         notes.append(f"expert parallel {par.ep}: set ep_size={par.ep} on deepspeed.moe.layer.MoE")
+        notes += _alltoall_only(par, "DeepSpeed's MoE layer")
     if par.precision == "fp8":
         notes.append("FP8 in DeepSpeed goes through Transformer Engine layers in the model")
     return json.dumps(cfg, indent=2), notes

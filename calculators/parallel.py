@@ -16,6 +16,7 @@ from .models import ModelSpec
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
+DISPATCHERS = ("alltoall", "deepep")
 DEFAULT_FRAMEWORK = "megatron"
 
 
@@ -31,6 +32,8 @@ class ParallelConfig:
     zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
     sp: bool = False             # sequence parallelism with TP
     tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
+    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP or
+                                  # HybridEP: one copy per node over the network, forwarded on NVLink)
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
@@ -73,6 +76,8 @@ class ParallelConfig:
                             "the one a framework that applies one setting everywhere would use")
         require(p, isinstance(self.tp_overlap, bool),
                 lambda: f"parallel.tp_overlap must be true or false (got {self.tp_overlap!r})")
+        require(p, self.dispatcher in DISPATCHERS,
+                lambda: f"parallel.dispatcher must be one of {DISPATCHERS} (got {self.dispatcher!r})")
         require(p, self.framework in FRAMEWORKS,
                 lambda: f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:

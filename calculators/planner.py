@@ -137,6 +137,7 @@ class _Search:
                 vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
                 zero = self.zero_stages(sizes["dp"], sizes["cp"], sizes["pp"])[0]
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
+                                      dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

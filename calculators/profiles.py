@@ -27,7 +27,8 @@ Knobs:
 - collectives: per tier ("intra" = NVLink inside a node, "inter" = the GPU's share of the node's
   NICs), a per-step latency and the bus bandwidth each collective reaches as a fraction of the
   link (nccl-tests' busbw convention). `fabric_gbps` caps what N nodes share across the fabric
-  (per-GPU inter-node bandwidth <= fabric_gbps / N; 0 = non-blocking).
+  (per-GPU inter-node bandwidth <= fabric_gbps / N; 0 = non-blocking). `ep_dispatch` is the
+  share of each link that DeepEP-style MoE dispatch and combine kernels move their bytes at.
 - overlap: the fraction of a communication that can hide behind compute when the framework
   overlaps it (DP gradient buckets, ZeRO-3 prefetch, TP async, CP ring, EP all-to-all, PP sends).
 """
@@ -48,11 +49,15 @@ TIERS = ("intra", "inter")
 # exceeds the link because NVLink SHARP reduces in the switch). inter: nccl-tests on
 # InfiniBand NDR reach about 90% of the NIC line rate for large messages (NVIDIA DGX H100
 # reference architecture); all-gather and reduce-scatter keep their intra-node ratio.
+# ep_dispatch: DeepEP's normal (training) dispatch and combine kernels, the bytes they move over
+# each link: 153 to 158 GB/s on NVLink within a node of H800s (about 200 GB/s one way), and 43 to
+# 58 GB/s of RDMA between nodes on a 400 Gb/s (50 GB/s) NIC per GPU (DeepEP's README, DeepSeek-V3
+# pretraining setting); the lowest of each, 153/200 and 43/50.
 _H100_EFFICIENCY = {
     "intra": {"all_reduce": 1.02, "all_gather": 0.58, "reduce_scatter": 0.58, "all_to_all": 0.5,
-              "broadcast": 0.58, "p2p": 0.8},
+              "broadcast": 0.58, "p2p": 0.8, "ep_dispatch": 0.77},
     "inter": {"all_reduce": 0.9, "all_gather": 0.51, "reduce_scatter": 0.51, "all_to_all": 0.45,
-              "broadcast": 0.51, "p2p": 0.9},
+              "broadcast": 0.51, "p2p": 0.9, "ep_dispatch": 0.86},
 }
 
 
@@ -83,7 +88,7 @@ class HardwareProfile:
             p.append(f"profile.host_ms_per_layer must be in [0, 1000] ms (got {self.host_ms_per_layer!r})")
         for tier in TIERS:
             eff = self.efficiency.get(tier, {})
-            missing = [op for op in COLLECTIVES if op not in eff]
+            missing = [op for op in COLLECTIVES + ("ep_dispatch",) if op not in eff]
             if missing:
                 p.append(f"profile.efficiency.{tier} lacks {', '.join(missing)}")
             if tier not in self.latency_us:

@@ -7,9 +7,10 @@ from .errors import ConfigError
 from .frameworks import LIMITS
 from .hardware import ClusterSpec
 from .models import ModelSpec
-from .parallel import RECOMPUTE, SCHEDULES
+from .parallel import DISPATCHERS, RECOMPUTE, SCHEDULES
 
-KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap")
+KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
+         "dispatcher")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -42,6 +43,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
         # is taken where allowed; by default where the framework has it built in (Megatron/TE)
         "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
+        # MoE dispatch: DeepEP is never slower in the model, but it is a separate install; taken
+        # only where the user allows it (dispatcher: deepep)
+        "dispatcher": ["alltoall"],
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -51,10 +55,11 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                 raise ConfigError(f"plan constraints: {knob} allows no value")
     bad = [s for s in sp["schedule"] if s not in SCHEDULES] + \
         [r for r in sp["recompute"] if r not in RECOMPUTE] + \
-        [v for v in sp["tp_overlap"] if not isinstance(v, bool)]
+        [v for v in sp["tp_overlap"] if not isinstance(v, bool)] + \
+        [d for d in sp["dispatcher"] if d not in DISPATCHERS]
     if bad:
-        raise ConfigError(f"plan constraints: unknown schedule/recompute/tp_overlap {bad}; schedules {SCHEDULES}, "
-                          f"recompute {RECOMPUTE}, tp_overlap true or false")
+        raise ConfigError(f"plan constraints: unknown schedule/recompute/tp_overlap/dispatcher {bad}; schedules "
+                          f"{SCHEDULES}, recompute {RECOMPUTE}, tp_overlap true or false, dispatcher {DISPATCHERS}")
     framework = constraints.get("framework", "megatron")
     for knob, runs in LIMITS.get(framework, {}).items():
         outside = [v for v in sp[knob] if v not in runs]

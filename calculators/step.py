@@ -16,8 +16,9 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
   as the GEMMs last).
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
-- EP: token dispatch and combine all-to-all, twice forward and twice backward per MoE layer;
-  DualPipe hides it behind the paired micro-batch's compute.
+- EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
+  (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
+  (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute.
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward; ZeRO-1/2 then
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
@@ -37,7 +38,7 @@ from functools import lru_cache
 
 from . import flops as fl
 from .activations import BF16, tokens
-from .comm import collective_time, expert_group, group
+from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
 from .frameworks import grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
@@ -87,7 +88,9 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
         out["cp"] = (fwd, 2 * fwd, hidden)
     if moe_layer and par.ep > 1:
         g = expert_group("ep", par, cluster)
-        a2a = 2 * collective_time("all_to_all", act * model.moe.top_k / (par.tp if par.sp else 1), g, cluster, profile)
+        mine, moe = act / (par.tp if par.sp else 1), model.moe
+        a2a = 2 * (dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
+                   else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
         out["ep"] = (a2a, a2a, 1.0 if par.schedule == "dualpipe" else profile.overlap["ep"])
     return out
 

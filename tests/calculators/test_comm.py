@@ -1,7 +1,8 @@
 """Collectives: placement on the rank grid, the cost formulas, and the docstring's worked example."""
 import pytest
 
-from calculators.comm import Group, bus_bandwidth, collective_time, expert_group, group, whole_cluster
+from calculators.comm import (Group, bus_bandwidth, collective_time, dispatch_time, expert_group, experts_hit, group,
+                             whole_cluster)
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.parallel import ParallelConfig
@@ -96,3 +97,38 @@ def test_concurrent_groups_share_the_fabric():
     assert collective_time("all_gather", 16 * MiB, g, big, PROF) == pytest.approx(
         collective_time("all_gather", 16 * MiB, Group(16, 8, 2), big, PROF))
     assert whole_cluster(big, 4).fabric_nodes == 4          # a benchmark on 4 nodes shares among 4
+
+
+def test_experts_hit_is_the_expected_count_over_every_routing():
+    import itertools
+    for experts, top_k, parts in ((16, 4, 4), (12, 3, 6), (8, 2, 1), (8, 8, 4)):
+        per = experts // parts
+        combos = list(itertools.combinations(range(experts), top_k))
+        exact = sum(len({e // per for e in c}) for c in combos) / len(combos)
+        assert experts_hit(experts, top_k, parts) == pytest.approx(exact)
+
+
+def test_deepep_dispatch_sends_a_token_once_per_node():
+    """Qwen3-235B's routing (128 experts, top 8) over EP 32 on 4 nodes: the all-to-all puts
+    8 x 3/4 = 6 copies of a token on the network, DeepEP one per other node hit, 3.63 x 3/4."""
+    cl = ClusterSpec(H100, nodes=4, gpus_per_node=8)
+    g = Group(32, 8, 4)
+    nbytes = 256 * MiB
+    deep = dispatch_time(nbytes, 128, 8, g, cl, PROF)
+    remote = experts_hit(128, 8, 4) * 3 / 4
+    wire = nbytes * remote / (PROF.efficiency["inter"]["ep_dispatch"] * cl.inter_node_gbps * 1e9)
+    assert deep == pytest.approx(wire, rel=0.01)                     # the NICs, not NVLink, bound it
+    a2a = collective_time("all_to_all", nbytes * 8, g, cl, PROF)
+    assert a2a > 3 * deep
+    # inside one node only NVLink works; with one expert per token and per GPU it matches the
+    # all-to-all's bytes, at DeepEP's efficiency
+    one = ClusterSpec(H100, nodes=1, gpus_per_node=8)
+    t = dispatch_time(nbytes, 8, 1, Group(8, 8, 1), one, PROF)
+    nvl = PROF.efficiency["intra"]["ep_dispatch"] * one.intra_node_gbps * 1e9
+    assert t == pytest.approx(7 * PROF.latency_us["intra"] * 1e-6 + nbytes * 7 / 8 / nvl)
+    assert dispatch_time(nbytes, 128, 8, Group(1, 1, 1), cl, PROF) == 0.0
+
+
+def test_dispatcher_is_checked():
+    with pytest.raises(ConfigError, match="dispatcher"):
+        ParallelConfig(dispatcher="nccl")
