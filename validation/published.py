@@ -25,7 +25,7 @@ from calculators import flops as fl
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.models import ModelSpec
-from calculators.parallel import ParallelConfig, check_layout, megatron_split
+from calculators.parallel import DISPATCHERS, ParallelConfig, check_layout, megatron_split
 from calculators.presets import model_from_name
 from calculators.profiles import default_profile
 from calculators.step import estimate_step
@@ -38,10 +38,12 @@ SOURCES = {
             "docs.nvidia.com/nemo-framework/user-guide/24.12/performance/performance_summary.html",
     "megatron-lm": "Megatron-LM MoE recipes (examples/moe_recipes), model TFLOP/s/GPU measured in "
                    "github.com/NVIDIA/Megatron-LM/pull/5728",
+    "megatron-moe-modelzoo": "Megatron-MoE-ModelZoo, Qwen3 best practice (best_practice/Qwen3/readme.md), "
+                             "github.com/yanring/Megatron-MoE-ModelZoo",
 }
 SYSTEMS = {"DGX-H100": "H100-80GB", "DGX-B200": "B200", "H100-SXM": "H100-80GB"}
 COLUMNS = ("source", "release", "system", "model", "gpus", "precision", "gbs", "mbs", "seq", "zero", "tp", "pp",
-           "cp", "vpp", "ep", "etp", "tp_overlap", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "split", "note")
+           "cp", "vpp", "ep", "etp", "tp_overlap", "dispatcher", "recompute", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "split", "note")
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ def _run(row: dict) -> PublishedRun:
     ints = {k: int(row[k]) for k in ("gpus", "gbs", "mbs", "seq", "zero", "tp", "pp", "cp", "vpp", "ep", "etp")}
     if row["tp_overlap"] not in ("yes", "no"):
         raise ValueError(f"tp_overlap must be yes or no (got {row['tp_overlap']!r})")
+    if row["dispatcher"] not in ("", *DISPATCHERS):
+        raise ValueError(f"dispatcher must be empty (no experts) or one of {DISPATCHERS} (got {row['dispatcher']!r})")
     if row["split"] not in ("", "megatron"):
         raise ValueError(f"split must be empty (even) or megatron (got {row['split']!r})")
     gpus, per_node = ints["gpus"], 8
@@ -110,6 +114,7 @@ def _run(row: dict) -> PublishedRun:
     par = ParallelConfig(dp=gpus // (ints["tp"] * ints["pp"] * ints["cp"]), tp=ints["tp"], pp=ints["pp"],
                          cp=ints["cp"], ep=ints["ep"], etp=ints["etp"], vpp=ints["vpp"], zero=ints["zero"],
                          sp=ints["tp"] > 1, tp_overlap=row["tp_overlap"] == "yes", mbs=ints["mbs"], gbs=ints["gbs"],
+                         dispatcher=row["dispatcher"] or "alltoall", recompute=row["recompute"] or "none",
                          seq=ints["seq"], precision=row["precision"],
                          schedule="interleaved" if ints["vpp"] > 1 else "1f1b", framework="megatron", split=split)
     cluster = ClusterSpec(gpu_from_name(SYSTEMS[row["system"]]), nodes=max(1, gpus // per_node),
