@@ -6,7 +6,7 @@ recompute, schedule, precision, framework); every function states its unit in it
 """
 from __future__ import annotations
 
-from calculators.comm import Group, collective_time
+from calculators.comm import Group, collective_time, experts_hit
 from calculators.errors import ConfigError
 from calculators.flops import model_flops_per_token
 from calculators.hardware import gpu_from_name
@@ -50,6 +50,12 @@ def step(field: str = "time", **kw) -> str:
     s = estimate_step(*scenario_from(_typed(kw)))
     return {"time": f"{s.time_s:.2f} s", "tps": f"{s.tokens_per_s_per_gpu:,.0f} tokens/s/GPU",
             "mfu": f"{s.mfu:.0%}", "bubble": f"{s.bubble_fraction:.1%}"}[field]
+
+
+def hit(experts: str, top_k: str, parts: str) -> str:
+    """Expected number of `parts` (nodes or GPUs, each an equal share of the experts) a token's
+    top_k experts land on, routing balanced."""
+    return f"{experts_hit(int(experts), int(top_k), int(parts)):.2f}"
 
 
 def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1") -> str:
@@ -98,7 +104,8 @@ def plan(model: str, nodes: str, seq: str, gbs: str, gpu: str = "H100-80GB") -> 
     return f"{best['label']} ({best['step']['time_s']:.1f} s per step, MFU {best['step']['mfu']:.0%})"
 
 
-NUMBERS = {f.__name__: f for f in (params, memory, fits, step, bubble, flops, gpu, collective, first_step_peak, plan)}
+NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, gpu, collective, first_step_peak,
+                                   plan)}
 
 
 def render(name: str, kwargs: dict) -> str:

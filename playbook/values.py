@@ -34,7 +34,7 @@ def scenario_from(values: dict):
     cluster = parse_hardware({"gpu": values.get("gpu", "H100-80GB"), "nodes": nodes, "gpus_per_node": gpn})
     keys = ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq")
     par = {k: int(values[k]) for k in keys if k in values}
-    for k in ("recompute", "schedule", "precision", "framework"):
+    for k in ("recompute", "schedule", "precision", "framework", "dispatcher"):
         if k in values:
             par[k] = values[k]
     for k in ("sp", "tp_overlap"):            # both mean something only with TP

@@ -18,7 +18,7 @@ import gradio as gr
 
 from calculators.errors import ConfigError
 from calculators.hardware import GPU_PRESETS
-from calculators.parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
+from calculators.parallel import DISPATCHERS, FRAMEWORKS, RECOMPUTE, SCHEDULES
 from calculators.presets import MODEL_PRESETS
 from playbook.values import coerce as _coerce
 
@@ -61,6 +61,8 @@ SCENARIO = {
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
     "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision"), "bf16"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
+    "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v, label="MoE dispatcher (deepep: a copy per node)"),
+                   "alltoall"),
 }
 
 

@@ -13,7 +13,7 @@ from playbook.values import scenario_from
 from . import Widget, scenario_controls, wire
 
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
-        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework")
+        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher")
 
 
 def compute(v: dict):
