@@ -31,7 +31,7 @@ from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import ClusterSpec
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
-from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, virtual_split
+from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, derive, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .space import space, structures
 from .split import balance_split
@@ -89,7 +89,7 @@ class _Search:
 
     def stage_costs(self, par):
         """stage_costs, shared by a layout's ZeRO stages (ZeRO does not change them)."""
-        key = replace(par, zero=0) if par.zero else par
+        key = derive(par, zero=0) if par.zero else par
         if key not in self.costs:
             self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
         return self.costs[key]
@@ -194,8 +194,8 @@ class _Search:
                         for mbs in sorted(sp["mbs"]):
                             if self.gbs % (base.dp * mbs):
                                 continue
-                            par = replace(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
-                                          split=self.virtual_split(base.pp, vpp))
+                            par = derive(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
+                                         split=self.virtual_split(base.pp, vpp))
                             if not self._least_recompute(par):
                                 break
                             fitted = True
@@ -209,10 +209,10 @@ class _Search:
         """Score `par` with the least recompute that fits; False when even the most does not.
         When that needs recompute on a pipeline, also score recompute per rank."""
         levels = self.space["recompute"]
-        frugal = self._fitting(par if par.recompute == levels[-1] else replace(par, recompute=levels[-1]))
+        frugal = self._fitting(par if par.recompute == levels[-1] else derive(par, recompute=levels[-1]))
         if frugal is None:
             return False
-        best = next((c for c in (self._fitting(replace(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
+        best = next((c for c in (self._fitting(derive(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
         self.scored.append((self.score(best), best))
         worth = par.pp > 1 and best.recompute != levels[0] and self.worth_rebalancing(best)
         mixed = self._per_rank(par) if worth else None
@@ -225,7 +225,7 @@ class _Search:
         micro-batches in flight than its last), then the layers rebalanced: a rank that
         recomputes is slower per layer, so the split gives it fewer. None when one mode fits all."""
         levels = self.space["recompute"]
-        mems = {lv: self.memory(replace(par, recompute=lv)) for lv in levels}     # computed by _fitting
+        mems = {lv: self.memory(derive(par, recompute=lv)) for lv in levels}      # computed by _fitting
         if any(isinstance(m, ConfigError) for m in mems.values()):
             return None
         totals = {lv: m.totals for lv, m in mems.items()}

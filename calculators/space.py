@@ -7,7 +7,7 @@ from .errors import ConfigError
 from .frameworks import LIMITS
 from .hardware import ClusterSpec
 from .models import ModelSpec
-from .parallel import DISPATCHERS, RECOMPUTE, SCHEDULES
+from .parallel import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, ZERO_STAGES
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "dispatcher")
@@ -53,6 +53,15 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             sp[knob] = list(v) if isinstance(v, (list, tuple)) else [v]
             if not sp[knob]:
                 raise ConfigError(f"plan constraints: {knob} allows no value")
+    for knob, low in (("tp", 1), ("cp", 1), ("ep", 1), ("etp", 0), ("pp", 1), ("vpp", 1), ("mbs", 1)):
+        wrong = [v for v in sp[knob] if not (isinstance(v, int) and not isinstance(v, bool) and v >= low)]
+        if wrong:
+            raise ConfigError(f"plan constraints: {knob} must be whole numbers >= {low} (got {wrong})")
+    wrong = [z for z in sp["zero"] if z not in ZERO_STAGES or isinstance(z, bool)] + \
+        [x for x in sp["precision"] if x not in PRECISIONS]
+    if wrong:
+        raise ConfigError(f"plan constraints: unknown zero/precision {wrong}; zero {list(ZERO_STAGES)}, "
+                          f"precision {list(PRECISIONS)}")
     bad = [s for s in sp["schedule"] if s not in SCHEDULES] + \
         [r for r in sp["recompute"] if r not in RECOMPUTE] + \
         [v for v in sp["tp_overlap"] if not isinstance(v, bool)] + \

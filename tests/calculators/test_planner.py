@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
@@ -28,6 +28,8 @@ L405 = model_from_name("llama3-405b")
 
 def _assert_valid(model, cluster, result):
     for p in result.plans:
+        # built without re-running ParallelConfig's checks (parallel.derive): they still hold
+        assert ParallelConfig(**{f.name: getattr(p.par, f.name) for f in fields(ParallelConfig)}) == p.par
         check_layout(model, cluster, p.par)
         mem = estimate_memory(model, cluster, p.par)
         assert mem.fits and mem.total_gib == pytest.approx(p.memory_gib)
@@ -145,6 +147,12 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
         plan(model, cluster, 4096, 128, {"schedule": "2f2b"})
     nothing = plan(model, cluster, 4096, 128, {"tp": 3})
     assert not nothing.plans and "does not divide the 16 GPUs" in nothing.impossible and nothing.min_gpus == 0
+    # values of the wrong kind are named before the search (vpp 0 and tp "x" used to crash it)
+    for bad, says in (({"vpp": [0]}, r"vpp must be whole numbers >= 1 \(got \[0\]\)"),
+                      ({"tp": "x"}, r"tp must be whole numbers"), ({"mbs": True}, "mbs must be whole numbers"),
+                      ({"zero": 5}, r"unknown zero/precision \[5\]"), ({"precision": "fp4"}, "fp4")):
+        with pytest.raises(ConfigError, match=says):
+            plan(model, cluster, 4096, 128, bad)
 
 
 def test_plans_stay_within_what_the_framework_runs():
