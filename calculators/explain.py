@@ -36,6 +36,7 @@ def label(p: ParallelConfig) -> str:
     parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
     parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
     parts += ["tp-overlap"] if p.tp_overlap else []
+    parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + _runs(modes)]
     if p.split:

@@ -24,22 +24,28 @@ CONTROLS = {
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1), 512),
     "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
+    "deepep": (lambda v: gr.Checkbox(v, label="MoE: DeepEP installed (a token crosses to a node once)"), False),
     "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
 }
 COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str, framework: str) -> dict:
+def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str, framework: str,
+          deepep: bool = False) -> dict:
     """One search per question: revisiting the chapter or changing only the export format is free.
-    The framework sets the memory layout and what may be proposed (frameworks.LIMITS)."""
+    The framework sets the memory layout and what may be proposed (frameworks.LIMITS); with
+    DeepEP installed MoE plans dispatch through it."""
     constraints = {"framework": framework} if recompute == "any" else {"recompute": recompute, "framework": framework}
+    if deepep:
+        constraints["dispatcher"] = ["alltoall", "deepep"]
     return plan_answer({"model": {"preset": model}, "hardware": {"gpu": gpu, "nodes": nodes},
                         "seq": seq, "gbs": gbs, "constraints": constraints, "top": 5})
 
 
 def compute(v: dict):
-    ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"], v["framework"])
+    ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"], v["framework"],
+                bool(v["deepep"]))
     if ans["impossible"]:
         raise ConfigError(f"{ans['impossible']}" + (f" Smallest cluster that fits: {ans['min_gpus']} GPUs."
                                                     if ans["min_gpus"] else ""))

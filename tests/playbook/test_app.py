@@ -130,3 +130,16 @@ def test_planner_widget_plans_for_the_chosen_framework():
         label = row[1]
         assert " cp1 " in label and "zero2" not in label and "zero3" not in label, label
         assert label.split(" mbs")[1].split()[1] in ("1f1b", "gpipe"), label
+
+
+def test_planner_widget_dispatches_through_deepep_when_installed():
+    from playbook.widgets import planner
+    values = {key: default for key, (_, default) in planner.CONTROLS.items()}
+    values.update(model="qwen3-30b-a3b", nodes=4, seq=4096, gbs=256, deepep=True)
+    _, rows, code, _ = planner.compute(values)
+    moe = [row[1] for row in rows if " ep" in row[1]]
+    assert moe and all("deepep" in label for label in moe), moe
+    assert "--moe-flex-dispatcher-backend deepep" in code or " ep" not in rows[0][1]
+    values["deepep"] = False
+    _, rows, _, _ = planner.compute(values)
+    assert not any("deepep" in row[1] for row in rows)
