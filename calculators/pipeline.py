@@ -280,11 +280,55 @@ KIND_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3}
 @dataclass(frozen=True)
 class _RankPlan:
     """One rank's ops in order (overlapped pairs run back to back), with indices precomputed."""
-    ops: tuple                   # (kind, stage, mb)
+    kind: tuple                  # KIND_INDEX of each op
+    stage: tuple
+    mb: tuple
     cost_at: tuple               # index into the cost list
     out: tuple                   # slot of `done` this op fills (-1: a W, nobody waits on it)
     dep: tuple                   # slot of `done` holding this op's input (-1: none)
     cross: tuple                 # 1 if that input comes from another rank (pays p2p)
+
+    @cached_property
+    def ops(self) -> tuple:
+        """(kind, stage, mb) per op, as rank_order gives them."""
+        return tuple(zip(map(KINDS.__getitem__, self.kind), self.stage, self.mb))
+
+
+KINDS = "FBIW"                   # KIND_INDEX's keys, in order
+
+
+def _order_arrays(schedule: str, p: int, v: int, m: int, r: int) -> tuple:
+    """rank_order's ops as (kind index, stage, micro-batch) arrays. GPipe, 1F1B and ZB-H1 are
+    built with numpy from their closed forms (the planner simulates 10^5-op pipelines; building
+    them op by op cost as much as timing them); the others are read off rank_order."""
+    F, B, I, W = range(4)
+    if schedule == "gpipe":
+        return np.repeat([F, B], m), np.full(2 * m, r), np.tile(np.arange(m), 2)
+    if schedule in ("1f1b", "zb"):
+        warm = min(p - 1 - r, m)
+        n = m - warm
+        kind = np.concatenate([np.full(warm, F), np.tile([F, B], n), np.full(warm, B)])
+        mb = np.concatenate([np.arange(warm), np.stack([warm + np.arange(n), np.arange(n)], axis=1).ravel(),
+                             np.arange(n, m)])
+        if schedule == "zb":
+            # each B becomes an I; a W follows the I of micro-batch j when j >= r (rank r lets r
+            # W's wait) or in the cool-down (j >= m - warm); W's run first in, first out
+            then_w = (kind == B) & ((mb >= r) | (mb >= m - warm))
+            reps = 1 + then_w
+            kind, mb = np.repeat(kind, reps), np.repeat(mb, reps)
+            second = np.zeros(len(kind), dtype=bool)
+            second[np.cumsum(reps)[then_w] - 1] = True
+            kind[kind == B] = I
+            kind[second] = W
+            done = int(then_w.sum())
+            mb[second] = np.arange(done)
+            kind = np.concatenate([kind, np.full(m - done, W)])
+            mb = np.concatenate([mb, np.arange(done, m)])
+        return kind, np.full(len(kind), r), mb
+    ops = [op for item in rank_order(schedule, p, v, m, r) for op in (item if isinstance(item[0], tuple) else (item,))]
+    kinds, stages, mbs = zip(*ops) if ops else ((), (), ())
+    return (np.array([KIND_INDEX[k] for k in kinds], dtype=np.int64), np.array(stages, dtype=np.int64),
+            np.array(mbs, dtype=np.int64))
 
 
 @lru_cache(maxsize=64)
@@ -294,12 +338,7 @@ def _compiled(schedule: str, p: int, v: int, m: int) -> tuple:
     owner = np.array(stage_owner(schedule, p, v), dtype=np.int64)
     plans = []
     for r in range(p):
-        ops = tuple(op for item in rank_order(schedule, p, v, m, r)
-                    for op in (item if isinstance(item[0], tuple) else (item,)))
-        n = len(ops)
-        kind = np.fromiter((KIND_INDEX[op[0]] for op in ops), dtype=np.int64, count=n)
-        st = np.fromiter((op[1] for op in ops), dtype=np.int64, count=n)
-        mb = np.fromiter((op[2] for op in ops), dtype=np.int64, count=n)
+        kind, st, mb = _order_arrays(schedule, p, v, m, r)
         fwd, wgt, last = kind == KIND_INDEX["F"], kind == KIND_INDEX["W"], st == S - 1
         out = np.where(fwd, st * m + mb, np.where(wgt, -1, (S + st) * m + mb))
         # F needs the previous stage's forward; W follows this rank's own I; the last stage starts
@@ -308,7 +347,8 @@ def _compiled(schedule: str, p: int, v: int, m: int) -> tuple:
                        np.where(wgt, -1, np.where(last, st * m + mb, (S + st + 1) * m + mb)))
         src = np.where(fwd, st - 1, np.where(wgt | last, st, st + 1))
         cross = (dep >= 0) & (owner[np.clip(src, 0, S - 1)] != r)
-        plans.append(_RankPlan(ops, tuple((kind * S + st).tolist()), tuple(out.tolist()), tuple(dep.tolist()),
+        plans.append(_RankPlan(tuple(kind.tolist()), tuple(st.tolist()), tuple(mb.tolist()),
+                               tuple((kind * S + st).tolist()), tuple(out.tolist()), tuple(dep.tolist()),
                                tuple(cross.astype(np.int64).tolist())))
     return tuple(plans)
 
@@ -321,8 +361,8 @@ def _peaks(schedule: str, p: int, v: int, m: int) -> tuple:
     peaks = []
     for plan in _compiled(schedule, p, v, m):
         alive = peak = 0.0
-        for kind, _, _ in plan.ops:
-            alive += unit if kind == "F" else -unit if kind in ("B", "W") else 0.0
+        for kind in plan.kind:                     # F: 0, B: 1, I: 2, W: 3
+            alive += unit if kind == 0 else -unit if kind in (1, 3) else 0.0
             peak = max(peak, alive)
         peaks.append(peak)
     return tuple(peaks)

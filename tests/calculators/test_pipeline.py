@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.pipeline import _peaks, closed_form_bubble, inflight_microbatches, rank_order, simulate
+from calculators.pipeline import SCHEDULE_NAMES, _peaks, closed_form_bubble, inflight_microbatches, rank_order, simulate
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -138,3 +138,20 @@ def test_inflight_closed_forms_equal_the_simulated_peaks():
                 if m % p == 0:
                     got = [inflight_microbatches("interleaved", p, v, m, r) for r in range(p)]
                     assert got == pytest.approx(_peaks("interleaved", p, v, m)), (p, v, m)
+
+
+def test_order_arrays_are_rank_order_op_for_op():
+    """The simulator's numpy-built orders (GPipe, 1F1B, ZB-H1 in closed form) are rank_order's."""
+    from calculators.pipeline import KINDS, _order_arrays, rank_order
+    for schedule in SCHEDULE_NAMES:
+        for p in range(1, 9):
+            for m in range(1, 40):
+                if schedule == "dualpipe" and m < 2 * p:
+                    continue
+                for v in ((1, 2, 3) if schedule == "interleaved" else (1,)):
+                    for r in range(p):
+                        ops = [op for item in rank_order(schedule, p, v, m, r)
+                               for op in (item if isinstance(item[0], tuple) else (item,))]
+                        kind, stage, mb = _order_arrays(schedule, p, v, m, r)
+                        got = list(zip(map(KINDS.__getitem__, kind.tolist()), stage.tolist(), mb.tolist()))
+                        assert got == [tuple(op) for op in ops], (schedule, p, m, v, r)
