@@ -18,7 +18,8 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
-  (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute.
+  (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute, as far as that
+  compute lasts.
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward; ZeRO-1/2 then
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
@@ -91,7 +92,10 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
         mine, moe = act / (par.tp if par.sp else 1), model.moe
         a2a = 2 * (dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
                    else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
-        out["ep"] = (a2a, a2a, 1.0 if par.schedule == "dualpipe" else profile.overlap["ep"])
+        # DualPipe pairs one micro-batch's forward with another's backward: each one's dispatch and
+        # combine run under the other's compute, so they hide as far as that compute lasts
+        paired = 3 * gemm_time + 3.5 * attn_time          # the layer's forward and backward
+        out["ep"] = (a2a, a2a, min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" else profile.overlap["ep"])
     return out
 
 

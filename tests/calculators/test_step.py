@@ -10,7 +10,7 @@ from calculators.compute import gemm_time, layer_time
 from calculators.errors import ConfigError
 from calculators.frameworks import grad_bucket_bytes
 from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig
+from calculators.parallel import ParallelConfig, check_layout
 from calculators.presets import model_from_name
 from calculators.profiles import default_profile, load_profile, profile_from_dict, save_profile
 from calculators.scenario import evaluate
@@ -258,3 +258,18 @@ def test_the_planners_closed_score_is_the_estimates_and_shares_costs_across_zero
             expected = estimate_step(model, cluster, par, PROF, pipeline="closed").time_s
             assert closed_step_time(model, cluster, par, PROF, shared) == expected
             assert closed_step_time(model, cluster, par, PROF) == expected
+
+
+def test_dualpipe_hides_expert_traffic_only_as_far_as_the_paired_compute_lasts():
+    """Qwen3-30B-A3B with EP 32 over 4 nodes: the all-to-all moves more than a layer computes,
+    so under DualPipe part of it stays exposed; DeepEP's lighter traffic hides whole."""
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(H100, nodes=8)
+    par = ParallelConfig(dp=32, pp=2, ep=32, gbs=512, seq=4096, schedule="dualpipe")
+    check_layout(qwen, cluster, par)
+    heavy = estimate_step(qwen, cluster, par, PROF).breakdown
+    assert heavy["ep_exposed"] > 0.1 * heavy["ep_hidden"] > 0
+    light = estimate_step(qwen, cluster, replace(par, dispatcher="deepep"), PROF).breakdown
+    assert light.get("ep_exposed", 0.0) == 0.0 and light["ep_hidden"] > 0
+    one_f_one_b = estimate_step(qwen, cluster, replace(par, schedule="1f1b"), PROF).breakdown
+    assert one_f_one_b.get("ep_hidden", 0.0) == 0.0                 # profile.overlap["ep"] is 0
