@@ -5,8 +5,9 @@
 The time model was developed against one source (nanotron on one H100 cluster). This checks it,
 unchanged and with the default hardware profiles, against runs another framework published:
 NVIDIA's Megatron-Bridge and NeMo performance tables (Megatron-Core with Transformer Engine, FP8,
-interleaved pipelines, context and expert parallelism, DGX H100 and DGX B200), and Megatron-LM's
-later MoE recipes for the same Qwen3-30B-A3B on H100. Nothing is fitted to them.
+interleaved pipelines, context and expert parallelism, DGX H100 and DGX B200), Megatron-LM's
+later MoE recipes for the same Qwen3-30B-A3B on H100, and the Megatron-MoE-ModelZoo's Qwen3-235B-A22B
+runs on 256 H100 (DeepEP and all-to-all dispatchers). Nothing is fitted to them.
 
 Each row of validation/data/published_runs.csv is one published run in our schema; the file's
 README says where each came from and how its columns were read. A run the calculators cannot
