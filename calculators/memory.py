@@ -20,7 +20,8 @@ from .frameworks import bytes_per_param, retained_buffers
 from .hardware import ClusterSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig, check_layout
-from .pipeline import inflight_microbatches, n_stages, stages_of_rank
+from .pipeline import inflight_microbatches
+from .schedules import n_stages, stages_of_rank
 
 GIB = 2**30
 USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validation/memory.py)
@@ -84,7 +85,7 @@ def stage_layers(model: ModelSpec, par: ParallelConfig) -> tuple:
 
 def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
     """Contiguous layer indices of each pipeline stage, first to last (p*v stages interleaved,
-    2p with DualPipeV; stage i runs on pipeline.stages_of_rank's rank).
+    2p with DualPipeV; stage i runs on schedules.stages_of_rank's rank).
 
     Even split, earlier stages taking the remainder (np.array_split). `par.split` (the planner's
     choice, or Megatron's embedding-and-loss split, parallel.megatron_split) gives each stage its

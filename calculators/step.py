@@ -46,7 +46,8 @@ from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
-from .pipeline import Timeline, n_stages, simulate, stage_owner, stages_of_rank
+from .pipeline import Timeline, simulate
+from .schedules import n_stages, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 
 GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.pipeline import SCHEDULE_NAMES, _peaks, closed_form_bubble, inflight_microbatches, rank_order, simulate
+from calculators.pipeline import _peaks, closed_form_bubble, inflight_microbatches, simulate
+from calculators.schedules import SCHEDULE_NAMES, rank_order
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -142,7 +143,7 @@ def test_inflight_closed_forms_equal_the_simulated_peaks():
 
 def test_order_arrays_are_rank_order_op_for_op():
     """The simulator's numpy-built orders (GPipe, 1F1B, ZB-H1 in closed form) are rank_order's."""
-    from calculators.pipeline import KINDS, _order_arrays, rank_order
+    from calculators.schedules import KINDS, order_arrays
     for schedule in SCHEDULE_NAMES:
         for p in range(1, 9):
             for m in range(1, 40):
@@ -152,6 +153,6 @@ def test_order_arrays_are_rank_order_op_for_op():
                     for r in range(p):
                         ops = [op for item in rank_order(schedule, p, v, m, r)
                                for op in (item if isinstance(item[0], tuple) else (item,))]
-                        kind, stage, mb = _order_arrays(schedule, p, v, m, r)
+                        kind, stage, mb = order_arrays(schedule, p, v, m, r)
                         got = list(zip(map(KINDS.__getitem__, kind.tolist()), stage.tolist(), mb.tolist()))
                         assert got == [tuple(op) for op in ops], (schedule, p, m, v, r)
