@@ -26,7 +26,8 @@ def build_app() -> gr.Blocks:
                     "on GPU clusters, computed live by one set of calculators. Every setting is in the URL: "
                     "copy it to share what you see.")
         demo.playbook_widgets = ui.build()            # kept for the tests: each widget's controls and outputs
-    demo.queue(default_concurrency_limit=4)
+    # Gradio queues every event; each widget sets its own concurrency (widgets.CONCURRENCY), so no
+    # demo.queue(...) call: it would build Gradio's web app once more (half a second of the start)
     return demo
 
 

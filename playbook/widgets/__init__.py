@@ -122,16 +122,20 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
     return w
 
 
+CONCURRENCY = 4                  # calls of one widget the server runs at once (the rest queue)
+
+
 def connect(w: Widget, shown) -> None:
     """One event for the widget, named after it in the API: it draws when `shown` fires (its
     chapter's tab is selected, by the reader or by a link) and on every control change, always
-    with the last values. Drawing only the chapter on screen keeps the page's first draw fast.
+    with the last values, up to CONCURRENCY calls at once. Drawing only the chapter on screen
+    keeps the page's first draw fast.
     Its JS hook writes the settings that differ from the chapter's defaults into the URL
     (app.py's HEAD defines window.pbUrl)."""
     keys = list(w.controls)
     defaults = json.dumps([w.defaults.get(k) for k in keys])
     gr.on([shown] + [c.change for c in w.controls.values()], w.handler, list(w.controls.values()), w.outputs,
-          api_name=w.wid, trigger_mode="always_last", show_progress="hidden",
+          api_name=w.wid, trigger_mode="always_last", show_progress="hidden", concurrency_limit=CONCURRENCY,
           js=f"(...a) => window.pbUrl ? window.pbUrl({json.dumps(w.wid)}, {json.dumps(keys)}, {defaults}, a) : a")
 
 

@@ -8,7 +8,7 @@ from playbook.plots import memory_by_stage
 
 from playbook.values import scenario_from
 
-from . import Widget, scenario_controls, wire
+from . import CONCURRENCY, Widget, scenario_controls, wire
 
 CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
               f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
@@ -31,7 +31,8 @@ def build(wid: str, params: dict) -> Widget:
         controls, defaults = scenario_controls(params, KEYS, show=KEYS)
         if "config" in controls:
             upload = gr.File(label="or upload a config.json", file_types=[".json"], type="filepath", height=80)
-            upload.upload(_read_upload, upload, controls["config"], api_visibility="private")
+            upload.upload(_read_upload, upload, controls["config"], api_visibility="private",
+                          concurrency_limit=CONCURRENCY)
         plot = gr.Plot(label="memory per GPU")
         summary = gr.Markdown()
     return wire(Widget(wid, controls, defaults), compute, [plot, summary])

@@ -22,17 +22,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app():
-    """Start app.py as a user does, in its own process; (process, url, seconds until it answered)."""
+# A bare Gradio server, started the way app.py starts: the yardstick for app.py's start, most of
+# which is importing Gradio and building its web app (4 to 9 s on a 2-core machine, as busy as
+# its neighbours make it).
+BARE = """
+import os
+import gradio as gr
+with gr.Blocks() as demo:
+    gr.Markdown("bare")
+    gr.Plot()
+demo.launch(server_name="127.0.0.1", server_port=int(os.environ["GRADIO_SERVER_PORT"]))
+"""
+
+
+def start_app(args=("app.py",)):
+    """Start app.py as a user does (or `args` instead), in its own process; (process, url, seconds
+    until it answered)."""
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"
     while True:
         if proc.poll() is not None:
-            pytest.fail(f"app.py exited with {proc.returncode}:\n{proc.stdout.read()}")
+            pytest.fail(f"{args[0]} exited with {proc.returncode}:\n{proc.stdout.read()}")
         try:
             urllib.request.urlopen(url, timeout=1)
             return proc, url, time.perf_counter() - t0
@@ -48,12 +62,16 @@ def stop_app(proc) -> None:
     proc.wait(timeout=20)
 
 
-def start_seconds() -> float:
-    """One more start of app.py, timed: a timing taken once on a shared 2-core machine can catch
-    a stall that is not the app's, so a start over target is measured again (best of two)."""
-    proc, _, seconds = start_app()
+def start_seconds(args=("app.py",)) -> float:
+    """One more start of app.py (or of `args`), timed."""
+    proc, _, seconds = start_app(args)
     stop_app(proc)
     return seconds
+
+
+def bare_start_seconds() -> float:
+    """Seconds for a bare Gradio server (BARE) to answer."""
+    return start_seconds(("-c", BARE))
 
 
 @pytest.fixture(scope="session")

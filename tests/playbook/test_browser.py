@@ -14,7 +14,7 @@ import pytest
 
 from playbook import book
 
-from tests.playbook.conftest import ROOT, free_port, start_seconds
+from tests.playbook.conftest import ROOT, bare_start_seconds, free_port, start_seconds
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
@@ -165,15 +165,23 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_
         page.screenshot(path=str(shots / f"{ch.order:02d}-{ch.slug}.png"), full_page=True)
     assert not problems, problems
     assert len(done) == len(widgets)
+    # Target: 10 s. Most of a start is importing Gradio and building its web app, which takes a
+    # bare Gradio server 4 s on an idle 2-core machine and about 8 s on a busy one; so a start
+    # over 10 s is timed again beside a bare server (best of two each) and may take 1.35 times as
+    # long as it. Measured on a busy machine: 1.2 times; 1.3 to 1.45 times when the chapters
+    # were still rendered in the foreground
+    bare_start_s = None
     if started_s >= 10:
         started_s = min(started_s, start_seconds())
-    assert started_s < 10, f"server took {started_s:.1f} s to answer, best of two (target: under 10 s)"
+        bare_start_s = min(bare_start_seconds(), bare_start_seconds())
+    assert started_s < 10 or started_s < 1.35 * bare_start_s, \
+        f"server took {started_s:.1f} s to answer, best of two; a bare Gradio server {bare_start_s:.1f} s"
     # Target: 3 s on an idle 2-core machine without a GPU, where the bare page takes about 2.7 s
     # and this one about 3.5 s. The bound, twice the bare page's time, catches regressions (before
     # widgets drew per chapter it was 17 s, six times the bare page) on a fast or a slow machine.
     assert first_draw_s < 2 * bare_s, (f"first widget drawn {first_draw_s:.1f} s after the page opened, "
                                        f"a bare Gradio page's plot {bare_s:.1f} s (bound: twice that)")
-    print(json.dumps({"server_start_s": round(started_s, 1), "first_draw_s": round(first_draw_s, 1),
+    print(json.dumps({"server_start_s": round(started_s, 1), "bare_server_start_s": bare_start_s and round(bare_start_s, 1), "first_draw_s": round(first_draw_s, 1),
                       "bare_page_first_draw_s": round(bare_s, 1),
                       "moved": done}, indent=1))
 
