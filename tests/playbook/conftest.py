@@ -39,6 +39,7 @@ def start_app(args=("app.py",)):
     """Start app.py as a user does (or `args` instead), in its own process; (process, url, seconds
     until it answered)."""
     port = free_port()
+    what = "app.py" if tuple(args) == ("app.py",) else "the bare Gradio server"
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -46,14 +47,14 @@ def start_app(args=("app.py",)):
     url = f"http://127.0.0.1:{port}/"
     while True:
         if proc.poll() is not None:
-            pytest.fail(f"{args[0]} exited with {proc.returncode}:\n{proc.stdout.read()}")
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{proc.stdout.read()}")
         try:
             urllib.request.urlopen(url, timeout=1)
             return proc, url, time.perf_counter() - t0
         except OSError:
             if time.perf_counter() - t0 > 60:
                 proc.terminate()
-                pytest.fail("app.py did not answer within 60 s")
+                pytest.fail(f"{what} did not answer within 60 s")
             time.sleep(0.1)
 
 
