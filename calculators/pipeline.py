@@ -145,11 +145,12 @@ def _peaks(schedule: str, p: int, v: int, m: int) -> tuple:
     """Peak alive micro-batches per rank, from the order alone: a stage's activations live from
     its F until its B, or its W when B is split (W still reads the saved inputs)."""
     unit = 1.0 / len(stages_of_rank(schedule, p, v, 0))
+    F, B, W = KIND_INDEX["F"], KIND_INDEX["B"], KIND_INDEX["W"]
     peaks = []
     for plan in _compiled(schedule, p, v, m):
         alive = peak = 0.0
-        for kind in plan.kind:                     # F: 0, B: 1, I: 2, W: 3
-            alive += unit if kind == 0 else -unit if kind in (1, 3) else 0.0
+        for kind in plan.kind:
+            alive += unit if kind == F else -unit if kind in (B, W) else 0.0
             peak = max(peak, alive)
         peaks.append(peak)
     return tuple(peaks)

@@ -195,7 +195,7 @@ def order_arrays(schedule: str, p: int, v: int, m: int, r: int) -> tuple:
     """rank_order's ops as (kind index, stage, micro-batch) arrays. GPipe, 1F1B and ZB-H1 are
     built with numpy from their closed forms (the planner simulates 10^5-op pipelines; building
     them op by op cost as much as timing them); the others are read off rank_order."""
-    F, B, I, W = range(4)
+    F, B, I, W = (KIND_INDEX[k] for k in KINDS)
     if schedule == "gpipe":
         return np.repeat([F, B], m), np.full(2 * m, r), np.tile(np.arange(m), 2)
     if schedule in ("1f1b", "zb"):

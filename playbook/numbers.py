@@ -52,10 +52,13 @@ def step(field: str = "time", **kw) -> str:
             "mfu": f"{s.mfu:.0%}", "bubble": f"{s.bubble_fraction:.1%}"}[field]
 
 
-def hit(experts: str, top_k: str, parts: str) -> str:
-    """Expected number of `parts` (nodes or GPUs, each an equal share of the experts) a token's
-    top_k experts land on, routing balanced."""
-    return f"{experts_hit(int(experts), int(top_k), int(parts)):.2f}"
+def hit(experts: str, top_k: str, parts: str, field: str = "parts") -> str:
+    """Where a token's top_k experts land among `parts` nodes (each an equal share of the experts),
+    routing balanced: parts (expected nodes hit), deepep (copies crossing the network: one per other
+    node hit), alltoall (copies crossing it: one per expert on another node)."""
+    n, k = int(parts), int(top_k)
+    hits = experts_hit(int(experts), k, n)
+    return {"parts": f"{hits:.2f}", "deepep": f"{hits * (n - 1) / n:.1f}", "alltoall": f"{k * (n - 1) / n:g}"}[field]
 
 
 def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1") -> str:

@@ -60,3 +60,13 @@ def test_directives_fail_loudly_and_code_blocks_stay_text():
         book.parse(head + "x {{ memory model=llama3-8b\n")
     ch = book.parse(head + "text\n\n```\n{{ widget memory }}\n```\n\n{{ widget schedule p=8 }}\n")
     assert [s[0] for s in ch.segments] == ["text", "widget"] and ch.segments[1][2] == {"p": "8"}
+
+
+def test_dispatch_copies_in_chapter_7_are_the_calculators():
+    from calculators.comm import experts_hit
+    hits = experts_hit(128, 8, 4)
+    assert numbers.hit("128", "8", "4") == f"{hits:.2f}"
+    assert numbers.hit("128", "8", "4", field="deepep") == f"{hits * 3 / 4:.1f}" == "2.7"
+    assert numbers.hit("128", "8", "4", field="alltoall") == "6"
+    text = "\n".join(s[1] for c in book.chapters() if c.order == 7 for s in c.segments if s[0] == "text")
+    assert f"reaches {hits:.2f} nodes" in text and "so 2.7 copies cross the network instead of 6" in text
