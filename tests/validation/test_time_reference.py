@@ -62,9 +62,22 @@ def test_layouts_whose_groups_stay_inside_a_node_meet_the_targets():
     assert sum(v[0] for v in c.by_layout.values()) == c.runs
 
 
+def test_on_a_healthy_fabric_the_throughput_targets_hold():
+    """Split by the cross-node bandwidth per GPU that each job's own bus-bandwidth measurements
+    imply: multi-node jobs with half the NIC or more meet the issue's 15% / 35%; the misses sit in
+    the jobs that measured a degraded fabric (README, time-model section)."""
+    c = check()
+    assert sum(v[0] for v in c.by_fabric.values()) == c.runs
+    runs, median, p90, signed = c.by_fabric["multi-node, 25 GB/s or more"]
+    assert runs >= 500 and median <= 0.15 and p90 <= 0.35 and abs(signed) <= 0.05
+    runs, median, p90, _ = c.by_fabric["multi-node, under 10 GB/s"]
+    assert runs >= 300 and p90 > 0.35
+
+
 def test_script_prints_the_tables():
     out = subprocess.run([sys.executable, "-m", "validation.time"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Bus bandwidth" in out.stdout and "Picking" in out.stdout
+    assert "By the fabric each job measured" in out.stdout
 
 
 def test_the_bundled_predictions_are_what_the_benchmarks_chapter_says():
