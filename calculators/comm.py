@@ -21,10 +21,15 @@ GB/s) and alpha its per-step latency:
     MoE dispatch with DeepEP (dispatch_time): one copy of a token per other node that holds
            one of its experts over the NICs, one per GPU holding one over NVLink.
 Across nodes each GPU gets min(link, fabric_gbps / N_f) when the fabric is shared, with N_f the
-nodes crossing it at once: a benchmark's N, but in training every group of an axis runs its
-collective at the same moment, so a TP or DP group spanning 2 nodes of a 32-node job shares the
-fabric with all 32 (`group` sets that; nanotron's runs show it: cross-node TP at 16 MB messages
-ran 3 to 5 times slower than the group's own 2-node bandwidth predicts).
+nodes crossing it at once: a benchmark's N, but in training the groups of an axis run their
+collective at the same moment, so a group spanning 2 nodes shares the fabric with all the nodes
+doing the same (`group` sets N_f). Within one pipeline stage the data-parallel replicas run the
+same layer at the same moment; the stages run other layers and micro-batches. So TP, CP and EP
+groups share with their stage's nodes (nodes / pp), and the gradient sync, which every stage runs
+as its backward ends, with the whole job. nanotron's runs on a degraded fabric show both: without
+a pipeline, cross-node TP at 16 MB messages ran 3 to 5 times slower than the group's own 2-node
+bandwidth predicts; with one, TP across 2 nodes ran 1.3 to 5.4 times faster than sharing with the
+whole job predicts (validation.time, README).
 Worked example, H100 (NVLink 450 GB/s, 50 GB/s NIC per GPU, default profile), all-reduce of
 256 MiB over 16 GPUs on 2 nodes: two intra-node phases of 7 x 3 us + 7/8 x 256 MiB / 459 GB/s,
 then 2 x 15 us + 2 x 1/2 x 32 MiB / 45 GB/s across nodes: 1.82 ms, busbw 276 GB/s (tested).
@@ -87,7 +92,13 @@ def _group(members: tuple, sizes: tuple, g: int, nodes: int, order: tuple) -> Gr
     inner = order[:min(order.index(a) for a in members)]
     stride = math.prod(sizes[a] for a in inner)
     per_node = min(n, max(1, g // stride))
-    return Group(n, per_node, math.ceil(n / per_node), sharing=nodes)
+    spans = math.ceil(n / per_node)
+    return Group(n, per_node, spans, sharing=nodes if {"pp", "dp"} & set(members) else _stage_nodes(nodes, sizes["pp"], spans))
+
+
+def _stage_nodes(nodes: int, pp: int, spans: int) -> int:
+    """Nodes whose groups run a stage-local collective (TP, CP, EP) at the same moment: one stage's."""
+    return max(spans, nodes // pp)
 
 
 def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEFAULT_ORDER) -> Group:
@@ -107,7 +118,8 @@ def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEF
     if stride >= stage_block:                                                # of this many, pp blocks apart
         stride *= par.pp
     per_node = min(n, max(1, cluster.gpus_per_node // stride))
-    return Group(n, per_node, math.ceil(n / per_node), sharing=cluster.nodes)
+    spans = math.ceil(n / per_node)
+    return Group(n, per_node, spans, sharing=cluster.nodes if kind == "edp" else _stage_nodes(cluster.nodes, par.pp, spans))
 
 
 def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:

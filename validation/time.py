@@ -12,7 +12,7 @@
    in question), per node count and per layout kind (which links TP and PP cross).
    Pipeline-parallel runs made before nanotron's multi-node PP fix (`after_pp_fix` false; the
    data's README says to compare PP runs within one value of it) measured that bug: the model
-   predicts them about 2.4 times faster than they ran (median), against about 12% for PP runs
+   predicts them about 2.9 times faster than they ran (median), against about 12% for PP runs
    after the fix (TP inside nodes). They are reported apart, not scored.
    nanotron's host floors (frameworks.host_scale: its host issues a layer more slowly when its
    pipeline or TP crosses nodes) were fitted on the 1.34B and 3.57B runs; the table beside them

@@ -99,6 +99,21 @@ def test_concurrent_groups_share_the_fabric():
     assert whole_cluster(big, 4).fabric_nodes == 4          # a benchmark on 4 nodes shares among 4
 
 
+def test_stage_local_groups_share_the_fabric_with_their_stage_only():
+    """With a pipeline, the stages run other layers and micro-batches: a TP, CP or EP group shares
+    the fabric with its stage's nodes (nodes / pp); the gradient sync, run by every stage as its
+    backward ends, and the pipeline's sends with the whole job."""
+    big = ClusterSpec(H100, nodes=32)
+    par = ParallelConfig(tp=16, pp=4, dp=4, gbs=64)
+    assert group("tp", par, big).fabric_nodes == 8
+    assert group(("cp", "ep", "dp"), par, big).fabric_nodes == 32
+    assert group("pp", par, big).fabric_nodes == 32
+    deep = ParallelConfig(tp=16, pp=32, gbs=64)             # a stage narrower than its group: the group's own
+    assert group("tp", deep, big).fabric_nodes == 2
+    moe = ParallelConfig(tp=1, pp=2, dp=128, ep=32, gbs=256)
+    assert expert_group("ep", moe, big).fabric_nodes == 16 and expert_group("edp", moe, big).fabric_nodes == 32
+
+
 def test_experts_hit_is_the_expected_count_over_every_routing():
     import itertools
     for experts, top_k, parts in ((16, 4, 4), (12, 3, 6), (8, 2, 1), (8, 8, 4)):
