@@ -93,7 +93,8 @@ def _group(members: tuple, sizes: tuple, g: int, nodes: int, order: tuple) -> Gr
     stride = math.prod(sizes[a] for a in inner)
     per_node = min(n, max(1, g // stride))
     spans = math.ceil(n / per_node)
-    return Group(n, per_node, spans, sharing=nodes if {"pp", "dp"} & set(members) else _stage_nodes(nodes, sizes["pp"], spans))
+    stage_local = not {"pp", "dp"} & set(members)
+    return Group(n, per_node, spans, sharing=_stage_nodes(nodes, sizes["pp"], spans) if stage_local else nodes)
 
 
 def _stage_nodes(nodes: int, pp: int, spans: int) -> int:
@@ -119,7 +120,8 @@ def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEF
         stride *= par.pp
     per_node = min(n, max(1, cluster.gpus_per_node // stride))
     spans = math.ceil(n / per_node)
-    return Group(n, per_node, spans, sharing=cluster.nodes if kind == "edp" else _stage_nodes(cluster.nodes, par.pp, spans))
+    sharing = cluster.nodes if kind == "edp" else _stage_nodes(cluster.nodes, par.pp, spans)
+    return Group(n, per_node, spans, sharing=sharing)
 
 
 def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:
