@@ -24,12 +24,13 @@ Across nodes each GPU gets min(link, fabric_gbps / N_f) when the fabric is share
 nodes crossing it at once: a benchmark's N, but in training the groups of an axis run their
 collective at the same moment, so a group spanning 2 nodes shares the fabric with all the nodes
 doing the same (`group` sets N_f). Within one pipeline stage the data-parallel replicas run the
-same layer at the same moment; the stages run other layers and micro-batches. So TP, CP and EP
-groups share with their stage's nodes (nodes / pp), and the gradient sync, which every stage runs
-as its backward ends, with the whole job. nanotron's runs on a degraded fabric show both: without
-a pipeline, cross-node TP at 16 MB messages ran 3 to 5 times slower than the group's own 2-node
-bandwidth predicts; with one, TP across 2 nodes ran 1.3 to 5.4 times faster than sharing with the
-whole job predicts (validation.time, README).
+same layer, and send to the next stage, at the same moment; the stages run other layers and
+micro-batches. So TP, CP and EP groups and the pipeline's sends share with one stage's nodes
+(nodes / pp), and the gradient sync, which every stage runs as its backward ends, with the whole
+job. nanotron's runs on a degraded fabric show both: without a pipeline, cross-node TP at 16 MB
+messages ran 3 to 5 times slower than the group's own 2-node bandwidth predicts; with one, TP
+across 2 nodes ran 1.3 to 5.4 times faster than sharing with the whole job predicts
+(validation.time, README).
 Worked example, H100 (NVLink 450 GB/s, 50 GB/s NIC per GPU, default profile), all-reduce of
 256 MiB over 16 GPUs on 2 nodes: two intra-node phases of 7 x 3 us + 7/8 x 256 MiB / 459 GB/s,
 then 2 x 15 us + 2 x 1/2 x 32 MiB / 45 GB/s across nodes: 1.82 ms, busbw 276 GB/s (tested).
@@ -93,12 +94,12 @@ def _group(members: tuple, sizes: tuple, g: int, nodes: int, order: tuple) -> Gr
     stride = math.prod(sizes[a] for a in inner)
     per_node = min(n, max(1, g // stride))
     spans = math.ceil(n / per_node)
-    stage_local = not {"pp", "dp"} & set(members)
-    return Group(n, per_node, spans, sharing=_stage_nodes(nodes, sizes["pp"], spans) if stage_local else nodes)
+    return Group(n, per_node, spans, sharing=nodes if "dp" in members else _stage_nodes(nodes, sizes["pp"], spans))
 
 
 def _stage_nodes(nodes: int, pp: int, spans: int) -> int:
-    """Nodes whose groups run a stage-local collective (TP, CP, EP) at the same moment: one stage's."""
+    """Nodes whose groups run a collective at the same moment when it is not the gradient sync (TP,
+    CP, EP, and a stage's pipeline sends): one stage's."""
     return max(spans, nodes // pp)
 
 

@@ -100,14 +100,14 @@ def test_concurrent_groups_share_the_fabric():
 
 
 def test_stage_local_groups_share_the_fabric_with_their_stage_only():
-    """With a pipeline, the stages run other layers and micro-batches: a TP, CP or EP group shares
-    the fabric with its stage's nodes (nodes / pp); the gradient sync, run by every stage as its
-    backward ends, and the pipeline's sends with the whole job."""
+    """With a pipeline, the stages run other layers and micro-batches: a TP, CP or EP group, and a
+    stage's pipeline sends, share the fabric with one stage's nodes (nodes / pp); the gradient
+    sync, run by every stage as its backward ends, with the whole job."""
     big = ClusterSpec(H100, nodes=32)
     par = ParallelConfig(tp=16, pp=4, dp=4, gbs=64)
     assert group("tp", par, big).fabric_nodes == 8
     assert group(("cp", "ep", "dp"), par, big).fabric_nodes == 32
-    assert group("pp", par, big).fabric_nodes == 32
+    assert group("pp", par, big).fabric_nodes == 8
     deep = ParallelConfig(tp=16, pp=32, gbs=64)             # a stage narrower than its group: the group's own
     assert group("tp", deep, big).fabric_nodes == 2
     moe = ParallelConfig(tp=1, pp=2, dp=128, ep=32, gbs=256)
