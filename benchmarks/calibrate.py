@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from calculators.calibrate import fit_network
+from calculators.comm import fabric_share
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.parallel import check_layout
@@ -90,6 +91,21 @@ def _train_runs(rows, gpu_name: str) -> list:
     return out
 
 
+# A cross-node share per GPU under this fraction of the NIC marks a degraded fabric: the nanotron
+# jobs that measured one are where the time model misses (README, time-model section).
+DEGRADED_SHARE = 0.2
+
+
+def _degraded_fabric(cluster: ClusterSpec, prof: HardwareProfile) -> list[str]:
+    share, nic = fabric_share(cluster, prof), cluster.inter_node_gbps
+    if cluster.nodes == 1 or share >= DEGRADED_SHARE * nic:
+        return []
+    return [f"warning: with all {cluster.nodes} nodes crossing the fabric each GPU gets {share:.1f} GB/s, under "
+            f"{DEGRADED_SHARE:.0%} of its NIC's {nic:.0f} GB/s; on jobs that measured a fabric like this the step-time "
+            "model was least reliable (README, time-model section). Look for congestion or a degraded link, and "
+            "re-measure, before planning on it"]
+
+
 def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
     gpu = gpu_from_name(gpu_name)
     base = default_profile(gpu_name)
@@ -107,6 +123,7 @@ def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
         nodes = max(c[1] for c in colls)
         prof = fit_network(prof, ClusterSpec(gpu, nodes=nodes), colls)
         notes.append(f"network from {len(colls)} collectives on up to {nodes} node(s): fabric_gbps {prof.fabric_gbps:.0f}")
+        notes += _degraded_fabric(ClusterSpec(gpu, nodes=nodes), prof)
     train = _train_runs(rows, gpu_name)
     if train:
         prof = fit_host(prof, train)
@@ -116,7 +133,8 @@ def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
         raise ConfigError("no ok bf16 gemm, collectives or one-node train rows to fit: run `python -m benchmarks "
                           "gemm`, `torchrun ... -m benchmarks collectives` and `torchrun ... -m benchmarks train` "
                           "on the GPUs first")
-    prof = replace(prof, name=f"{gpu_name}-calibrated", source=f"{base.source}; calibrated: " + "; ".join(notes))
+    fitted = "; ".join(n for n in notes if not n.startswith("warning"))
+    prof = replace(prof, name=f"{gpu_name}-calibrated", source=f"{base.source}; calibrated: {fitted}")
     return prof, notes
 
 

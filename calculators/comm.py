@@ -125,11 +125,16 @@ def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEF
     return Group(n, per_node, spans, sharing=sharing)
 
 
+def fabric_share(cluster: ClusterSpec, profile: HardwareProfile, nodes: int | None = None) -> float:
+    """GB/s of cross-node bandwidth per GPU (before collective efficiency) when `nodes` nodes (default:
+    the cluster's) all cross the fabric at once: the NIC's share, or less on a blocking fabric."""
+    nic = cluster.inter_node_gbps
+    return nic if profile.fabric_gbps <= 0 else min(nic, profile.fabric_gbps / (nodes or cluster.nodes))
+
+
 def _link(tier: str, cluster: ClusterSpec, profile: HardwareProfile, op: str, nodes: int) -> float:
     """Bus bandwidth, bytes/s, of one GPU on a tier for one collective."""
-    gbps = cluster.intra_node_gbps if tier == "intra" else cluster.inter_node_gbps
-    if tier == "inter" and profile.fabric_gbps > 0:
-        gbps = min(gbps, profile.fabric_gbps / nodes)
+    gbps = cluster.intra_node_gbps if tier == "intra" else fabric_share(cluster, profile, nodes)
     return profile.efficiency[tier][op] * gbps * 1e9
 
 

@@ -39,7 +39,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from calculators.calibrate import fit_network
-from calculators.comm import bus_bandwidth, whole_cluster
+from calculators.comm import bus_bandwidth, fabric_share, whole_cluster
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.memory import estimate_memory
@@ -84,16 +84,11 @@ FABRIC_BINS = (("one node", None), ("multi-node, 25 GB/s or more", 25.0), ("mult
                ("multi-node, under 10 GB/s", 0.0))
 
 
-def fabric_share(run, profile) -> float:
-    """GB/s of cross-node bandwidth per GPU that the run's own bus-bandwidth measurements imply."""
-    nic = run.cluster.inter_node_gbps
-    return nic if profile.fabric_gbps <= 0 else min(nic, profile.fabric_gbps / run.cluster.nodes)
-
-
 def fabric_bin(run, profile) -> str:
+    """The run's FABRIC_BINS label from the cross-node share per GPU its own measurements imply."""
     if run.cluster.nodes == 1:
         return FABRIC_BINS[0][0]
-    share = fabric_share(run, profile)
+    share = fabric_share(run.cluster, profile)
     return next(label for label, floor in FABRIC_BINS[1:] if share >= floor)
 
 

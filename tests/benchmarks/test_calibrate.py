@@ -66,3 +66,24 @@ def test_calibrate_recovers_the_host_time_from_one_node_training_runs(tmp_path):
     assert main(["calibrate", str(results.BUNDLED / "nanotron_h100.jsonl"), "--gpu", "H100-80GB",
                  "--out", str(bundled)]) == 0
     assert json.loads(bundled.read_text())["host_ms_per_layer"] == default_profile("H100-80GB").host_ms_per_layer
+
+
+def test_calibrate_warns_of_a_degraded_fabric(tmp_path, capsys):
+    """Collectives whose busbw falls with the node count as a blocking fabric's does: the fitted
+    share per GPU across 16 nodes is under a fifth of the NIC, and calibration says so (the time
+    model's worst errors are on jobs that measured such a fabric); a non-blocking one gets no warning."""
+    gpu = gpu_from_name("H100-80GB")
+    for fabric, warned in ((100.0, True), (0.0, False)):
+        truth = replace(default_profile("H100-80GB"), fabric_gbps=fabric)
+        path = tmp_path / f"coll{fabric:.0f}.jsonl"
+        for nodes in (2, 4, 8, 16):
+            cluster = ClusterSpec(gpu, nodes=nodes)
+            bw = bus_bandwidth("all_reduce", 2**28, whole_cluster(cluster), cluster, truth)
+            results.append(path, results.make_row(
+                "collectives", {"op": "all_reduce", "bytes": 2**28, "placement": "world"}, "ok",
+                metrics={"op": "all_reduce", "bytes": 2**28, "group_nodes": nodes, "busbw_gbps": bw}))
+        out = tmp_path / f"profile{fabric:.0f}.json"
+        assert main(["calibrate", str(path), "--gpu", "H100-80GB", "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert ("warning: with all 16 nodes crossing the fabric" in printed) == warned, printed
+        assert "warning" not in json.loads(out.read_text())["source"]
