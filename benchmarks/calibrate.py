@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from calculators.calibrate import fit_network
-from calculators.comm import fabric_share
+from calculators.comm import DEGRADED_FABRIC, fabric_share
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.parallel import check_layout
@@ -91,19 +91,14 @@ def _train_runs(rows, gpu_name: str) -> list:
     return out
 
 
-# A cross-node share per GPU under this fraction of the NIC marks a degraded fabric: the nanotron
-# jobs that measured one are where the time model misses (README, time-model section).
-DEGRADED_SHARE = 0.2
-
-
 def _degraded_fabric(cluster: ClusterSpec, prof: HardwareProfile) -> list[str]:
     share, nic = fabric_share(cluster, prof), cluster.inter_node_gbps
-    if cluster.nodes == 1 or share >= DEGRADED_SHARE * nic:
+    if cluster.nodes == 1 or share >= DEGRADED_FABRIC * nic:
         return []
-    return [f"warning: with all {cluster.nodes} nodes crossing the fabric each GPU gets {share:.1f} GB/s, under "
-            f"{DEGRADED_SHARE:.0%} of its NIC's {nic:.0f} GB/s; on jobs that measured a fabric like this the step-time "
-            "model was least reliable (README, time-model section). Look for congestion or a degraded link, and "
-            "re-measure, before planning on it"]
+    return [f"warning: with all {cluster.nodes} nodes crossing the fabric each GPU gets {share:.1f} GB/s, "
+            f"under {DEGRADED_FABRIC:.0%} of its NIC's {nic:.0f} GB/s; on jobs that measured a fabric like this "
+            "the step-time model was least reliable (README, time-model section). Look for congestion or a "
+            "degraded link, and re-measure, before planning on it"]
 
 
 def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:

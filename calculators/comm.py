@@ -125,6 +125,11 @@ def expert_group(kind: str, par: ParallelConfig, cluster: ClusterSpec, order=DEF
     return Group(n, per_node, spans, sharing=sharing)
 
 
+# A fabric giving each GPU under this fraction of its NIC, with every node crossing it, is degraded:
+# on the nanotron jobs that measured one the time model missed most (validation.time, README).
+DEGRADED_FABRIC = 0.2
+
+
 def fabric_share(cluster: ClusterSpec, profile: HardwareProfile, nodes: int | None = None) -> float:
     """GB/s of cross-node bandwidth per GPU (before collective efficiency) when `nodes` nodes (default:
     the cluster's) all cross the fabric at once: the NIC's share, or less on a blocking fabric."""

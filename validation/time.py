@@ -23,7 +23,7 @@
 4. Fabric state. Each job measured its own bus bandwidth before training. Most jobs from job id
    13.8M on measured a fabric whose all-reduce busbw falls as 1/nodes (13 GB/s at 64 nodes), while
    the earlier ones and some later ones measured 160 to 200 GB/s from 4 to 64 nodes. The same
-   configs ran 2 to 5 times slower in the first kind (the README's data section). The errors are
+   configs ran 2 to 5 times slower in the first kind (README, time-model section). The errors are
    given per the GPU's share of the fabric that the job's own measurements imply
    (min(NIC, fabric_gbps / nodes)), so what the model reaches on a healthy fabric is not hidden
    by what it cannot follow on a degraded one; the headline numbers above stay over all runs.
@@ -39,7 +39,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from calculators.calibrate import fit_network
-from calculators.comm import bus_bandwidth, fabric_share, whole_cluster
+from calculators.comm import DEGRADED_FABRIC, bus_bandwidth, fabric_share, whole_cluster
 from calculators.errors import ConfigError
 from calculators.hardware import ClusterSpec, gpu_from_name
 from calculators.memory import estimate_memory
@@ -78,17 +78,17 @@ LAYOUTS = ("no pipeline, TP inside a node", "no pipeline, TP across nodes", "pip
            "pipeline across nodes, TP across nodes")
 
 
-# The GPU's share of the fabric a job measured, GB/s (at least): one node and a share of half the
-# 50 GB/s NIC or more, a fifth to a half, under a fifth.
-FABRIC_BINS = (("one node", None), ("multi-node, 25 GB/s or more", 25.0), ("multi-node, 10 to 25 GB/s", 10.0),
-               ("multi-node, under 10 GB/s", 0.0))
+# The GPU's share of the fabric a job measured, as a fraction of its NIC (at least): one node, half
+# or more, a fifth (comm.DEGRADED_FABRIC) to a half, under a fifth: degraded. Labels for H100's 50 GB/s.
+FABRIC_BINS = (("one node", None), ("multi-node, 25 GB/s or more", 0.5),
+               ("multi-node, 10 to 25 GB/s", DEGRADED_FABRIC), ("multi-node, under 10 GB/s", 0.0))
 
 
 def fabric_bin(run, profile) -> str:
     """The run's FABRIC_BINS label from the cross-node share per GPU its own measurements imply."""
     if run.cluster.nodes == 1:
         return FABRIC_BINS[0][0]
-    share = fabric_share(run.cluster, profile)
+    share = fabric_share(run.cluster, profile) / run.cluster.inter_node_gbps
     return next(label for label, floor in FABRIC_BINS[1:] if share >= floor)
 
 
