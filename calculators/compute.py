@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .activations import BF16, tokens
 from .flops import attention_flops
+from .frameworks import loss_bytes_per_logit
 from .hardware import GPUSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig
@@ -117,12 +118,14 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
 
 
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:
-    """(forward, input-backward, weight-backward) of the final norm, output GEMM and the loss:
-    the fp32 logits are written, read for the softmax and its gradient (4 passes of T*V/tp*4 B)."""
+    """(forward, input-backward, weight-backward) of the output GEMM and the loss over this GPU's
+    T x V/tp logits, whose element-wise passes move frameworks.loss_bytes_per_logit each."""
     T = tokens(par)
     g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
-    loss = memory_time(4 * 4 * T * model.vocab / par.tp, 4, gpu, profile)
-    return g + loss / 2, g + loss / 2, g
+    logits = T * model.vocab / par.tp
+    (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(par.framework)
+    return (g + memory_time(fwd * logits, fwd_kernels, gpu, profile),
+            g + memory_time(bwd * logits, bwd_kernels, gpu, profile), g)
 
 
 def embedding_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float]:

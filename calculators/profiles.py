@@ -17,7 +17,7 @@ Knobs:
 - host: an eager framework's CPU (Python, autograd, kernel launches) needs `host_ms_per_layer` to
   issue one transformer layer's forward and backward for one micro-batch, whatever its size; the
   GPU cannot finish a layer sooner (a third of it bounds the forward, two thirds the backward).
-  It is why small micro-batches on wide TP run far below the GEMM roofline. Default 4.5 ms: what
+  It is why small micro-batches on wide TP run far below the GEMM roofline. Default 4.3 ms: what
   `python -m benchmarks calibrate` fits to the 68 one-node nanotron runs bundled in
   benchmarks/results; read off directly, the runs whose GPU work per layer is well under it (TP
   2 to 8, mbs 1, pp 1) ran 4.4 to 4.6 ms per layer per micro-batch for the 1.34B, 3.57B and
@@ -71,7 +71,7 @@ class HardwareProfile:
     attention_fraction: float = 0.30     # FlashAttention-2 fwd+bwd on H100, bf16, head dim 128
     hbm_fraction: float = 0.80           # achievable share of HBM bandwidth for streaming kernels
     kernel_us: float = 10.0              # minimum time of one eager kernel (launch + tail)
-    host_ms_per_layer: float = 4.5       # CPU time to issue one layer's forward + backward (eager)
+    host_ms_per_layer: float = 4.3       # CPU time to issue one layer's forward + backward (eager)
     latency_us: dict = field(default_factory=lambda: {"intra": 3.0, "inter": 15.0})   # per ring step
     efficiency: dict = field(default_factory=lambda: {t: dict(v) for t, v in _H100_EFFICIENCY.items()})
     fabric_gbps: float = 0.0             # 0: non-blocking fabric

@@ -40,8 +40,8 @@ from functools import lru_cache
 from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
-from .compute import embedding_time, layer_time, optimizer_time, output_layer_time
-from .frameworks import grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
+from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
+from .frameworks import grad_accumulation_bytes, grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -144,6 +144,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
+    # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
+    acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
     tp_g = group("tp", par, cluster)
     scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
@@ -152,8 +154,10 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             comm = _layer_comm(model, par, cluster, profile, moe, lt.attention, lt.gemm)
             exp_f = sum(f * (1 - h) for f, _, h in comm.values())
             exp_b = sum(b * (1 - h) for _, b, h in comm.values())
+            acc = acc_bytes and memory_time(acc_bytes * sum(kind_params(model, par, moe)),
+                                            sum(_layer_tensors(model, par, moe)), gpu, profile)
             kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
-                                                   lt.backward_weight, profile, mp.recompute == "full", scale)
+                                                   lt.backward_weight + acc, profile, mp.recompute == "full", scale)
             parts[(moe, mode)] = (lt, comm, waits)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
@@ -170,11 +174,13 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         f[st], b[st], w[st] = per_stage[key]
     ef, eb = embedding_time(model, par, gpu, profile)
     of, ob, ow = output_layer_time(model, par, gpu, profile)
+    embedding_acc = acc_bytes and memory_time(acc_bytes * model.vocab * model.hidden / par.tp, 1, gpu, profile)
     f[0] += ef
     b[0] += eb
+    w[0] += embedding_acc
     f[S - 1] += of
     b[S - 1] += ob
-    w[S - 1] += ow
+    w[S - 1] += ow + (embedding_acc if not model.tied_embeddings or p > 1 else 0.0)
     p2p_bytes = BF16 * T * model.hidden / (par.tp if par.sp else 1)
     p2p = collective_time("p2p", p2p_bytes, group("pp", par, cluster), cluster, profile) if p > 1 else 0.0
     # A blocking send holds its sender for the transfer (overlap["pp"] = 0: nanotron's and

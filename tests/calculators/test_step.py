@@ -200,13 +200,15 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
 
 
 def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes():
-    """frameworks.host_scale: nanotron's host needs 1 + 1.1 log2(tp) times its one-node issue
-    time per layer when its pipeline crosses nodes with TP, and tp_nodes times when a TP group
-    spans nodes; one node, no TP, or another framework: as profiled."""
+    """frameworks.host_scale: nanotron's host needs 1 + k log2(tp) times its one-node issue time
+    per layer when its pipeline crosses nodes with TP (tp: the whole group, wherever its ranks
+    sit), and tp_nodes times when a TP group spans nodes; one node, no TP, or another framework:
+    as profiled."""
+    from calculators.frameworks import NANOTRON_CROSS_NODE_PP_HOST as k
     from calculators.frameworks import host_scale
     from calculators.step import stage_costs
-    assert host_scale("nanotron", 4, 1, True) == pytest.approx(1 + 1.1 * 2)
-    assert host_scale("nanotron", 8, 2, True) == pytest.approx((1 + 1.1 * 3) * 2)
+    assert host_scale("nanotron", 4, 1, True) == pytest.approx(1 + k * 2)
+    assert host_scale("nanotron", 8, 2, True) == pytest.approx((1 + k * 4) * 2)    # TP 16 over 2 nodes
     assert host_scale("nanotron", 8, 2, False) == 2
     assert host_scale("nanotron", 1, 1, True) == host_scale("nanotron", 4, 1, False) == 1
     assert host_scale("megatron", 8, 4, True) == 1
@@ -216,7 +218,7 @@ def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes(
     one = stage_costs(small, ClusterSpec(H100, nodes=1, gpus_per_node=16), ParallelConfig(**nano), PROF)
     host = PROF.host_ms_per_layer * 1e-3
     f, b, w = inside.layer[(False, "none")]
-    assert f + b + w == pytest.approx(host * (1 + 1.1 * 2))         # the floor binds at mbs 1
+    assert f + b + w == pytest.approx(host * (1 + k * 2))           # the floor binds at mbs 1
     assert sum(one.layer[(False, "none")]) == pytest.approx(host)
     mega = stage_costs(small, ClusterSpec(H100, nodes=2), ParallelConfig(**{**nano, "framework": "megatron"}), PROF)
     assert sum(mega.layer[(False, "none")]) < f + b + w
@@ -273,3 +275,33 @@ def test_dualpipe_hides_expert_traffic_only_as_far_as_the_paired_compute_lasts()
     assert light.get("ep_exposed", 0.0) == 0.0 and light["ep_hidden"] > 0
     one_f_one_b = estimate_step(qwen, cluster, replace(par, schedule="1f1b"), PROF).breakdown
     assert one_f_one_b.get("ep_hidden", 0.0) == 0.0                 # profile.overlap["ep"] is 0
+
+
+def test_summing_micro_batch_gradients_and_the_loss_cost_their_memory_passes():
+    """frameworks.grad_accumulation_bytes: nanotron adds every micro-batch's bf16 gradients into
+    fp32 buffers (10 bytes per parameter), Megatron's fused GEMM does it (0), PyTorch's
+    AccumulateGrad from the second micro-batch on; frameworks.loss_bytes_per_logit: nanotron's
+    unfused fp32 cross-entropy, 38 + 14 bytes per logit. Both land in the stage costs as memory-
+    bound time at the profile's HBM rate."""
+    from calculators.compute import memory_time, output_layer_time
+    from calculators.frameworks import grad_accumulation_bytes, loss_bytes_per_logit
+    from calculators.memory import kind_params
+    assert grad_accumulation_bytes("nanotron", 1, 1) == grad_accumulation_bytes("nanotron", 0, 8) == 10
+    assert grad_accumulation_bytes("megatron", 1, 8) == 0
+    assert grad_accumulation_bytes("fsdp2", 0, 1) == 6 and grad_accumulation_bytes("fsdp2", 0, 4) == 6 + 12 * 3 / 4
+    assert grad_accumulation_bytes("fsdp2", 3, 4) == 6 and grad_accumulation_bytes("deepspeed", 1, 1) == 0
+    assert loss_bytes_per_logit("nanotron") == ((38, 6), (14, 2))
+
+    gpu_only = replace(PROF, host_ms_per_layer=0.0)
+    small, cluster = model_from_name("nanotron-1.34b"), ClusterSpec(H100, nodes=1)
+    nano = ParallelConfig(dp=8, tp=1, mbs=1, gbs=64, seq=4096, framework="nanotron")
+    mega = replace(nano, framework="megatron")
+    (fn, bn, wn), (fm, bm, wm) = (stage_costs(small, cluster, par, gpu_only).layer[(False, "none")]
+                                  for par in (nano, mega))
+    assert (fn, bn) == (fm, bm)
+    assert wn - wm == pytest.approx(memory_time(10 * sum(kind_params(small, nano, False)), 1, H100, gpu_only))
+    logits = 4096 * small.vocab
+    (of_n, ob_n, _), (of_m, ob_m, _) = (output_layer_time(small, par, H100, gpu_only) for par in (nano, mega))
+    hbm = H100.hbm_tbps * 1e12 * gpu_only.hbm_fraction
+    assert of_n - of_m == pytest.approx((38 - 8) * logits / hbm)
+    assert ob_n - ob_m == pytest.approx((14 - 8) * logits / hbm)
