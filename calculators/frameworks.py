@@ -128,7 +128,7 @@ def loss_bytes_per_logit(framework: str) -> tuple[tuple[float, int], tuple[float
       for the saved softmax (4 + 4): 38 bytes in 6 kernels. Backward: scaling the softmax by the
       loss's gradient (4 + 4) and the cast back to bf16 (4 + 2): 14 in 2. Counting 16 bytes
       instead put the one-node TP 1 runs, whose 131,072-entry vocabulary TP does not shard, 9% too
-      fast (median); 2% with this count.
+      fast (median); 2% with this count and the host time refitted to it.
     - the others: 8 and 8, about four fp32 passes. NVIDIA's Megatron recipes turn on
       cross_entropy_loss_fusion (one fused kernel each way); torchtitan's and DeepSpeed's losses
       have not been counted pass by pass.
@@ -143,7 +143,7 @@ def grad_accumulation_bytes(framework: str, zero: int, microbatches: int) -> flo
     micro-batch's weight gradients to the step's sum moves outside the GEMMs, averaged over the
     step's micro-batches: a memory-bound pass over every parameter, every micro-batch. Without it
     the model put nanotron's one-node TP 1 runs 16% too fast (median), 9% with it (and 2% with
-    the loss's passes counted too, loss_bytes_per_logit).
+    the loss's passes counted too, loss_bytes_per_logit, and the host time refitted).
 
     - nanotron: 10. Its FP32GradientAccumulator adds each micro-batch's bf16 gradient into an fp32
       buffer (`fp32_grad.add_(param.grad)`, the first micro-batch included): read 2 + 4, write 4;
