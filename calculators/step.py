@@ -364,7 +364,8 @@ def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
         for kind, (fw, bw, hidden) in comm.items():
             out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw + bw) * (1 - hidden)
             hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw + bw) * hidden
-    # the rest of the busiest rank's op time: embedding, output layer and loss, blocking p2p sends
+    # the rest of the busiest rank's op time: embedding, output layer and loss, summing the
+    # micro-batches' gradients (frameworks.grad_accumulation_bytes), blocking p2p sends
     out["other"] = max(timeline.busy) - sum(out.values())
     out["bubble"] = timeline.makespan - max(timeline.busy)
     out.update(tail_parts)
