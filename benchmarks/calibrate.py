@@ -3,28 +3,32 @@ profile's efficiency knobs to measured results and write a profile the calculato
 load (`"hardware": {"profile": "my_cluster.json"}`).
 
 What is fitted, from which rows (status ok, measured on the given GPU):
-- gemm rows (bf16): `gemm_fraction` and `gemm_half_dim`, the GEMM efficiency curve
-  rate = peak x gemm_fraction x d / (d + gemm_half_dim), d the smallest GEMM dimension, by least
-  squares on the log of the rate (a grid over gemm_half_dim, the best fraction in closed form);
+- gemm rows (bf16): `gemm_fraction` and `gemm_half_dim` of compute.gemm_time's curve (the math
+  at peak x gemm_fraction x d / (d + gemm_half_dim), d the smallest GEMM dimension, plus the
+  operands' HBM time), by least squares on the log of the time (a grid over both);
 - collectives rows: each collective's intra-node bus-bandwidth efficiency and the fabric limit
   (calculators/calibrate.py, fit_network);
 - train rows on one node (the network not in question): `host_ms_per_layer`, the host's time to
-  issue a layer's forward and backward, by least squares on the log of the step time over a grid
+  issue a layer's forward and backward, by least absolute deviations of the log of the step time
+  (one broken run, such as the bundled 1.34B one that measured 485 tokens/s where its twin ran
+  27,000, cannot pull it as it would a sum of squares) over a grid
   (coarse, then fine around the best), with the GEMM curve above already in place. Only runs
   whose GPU work per layer is under the host's time inform it (small micro-batches, wide TP).
+  Without gemm rows, the same runs also give `gemm_fraction` (fit_host_and_gemm): the GPU-bound
+  ones inform it.
 Everything else keeps the GPU's default profile; the profile's source says what was fitted.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 
 from calculators.calibrate import fit_network
 from calculators.comm import DEGRADED_FABRIC, fabric_share
+from calculators.compute import gemm_terms
 from calculators.errors import ConfigError
-from calculators.hardware import ClusterSpec, gpu_from_name
+from calculators.hardware import ClusterSpec, GPUSpec, gpu_from_name
 from calculators.parallel import check_layout
 from calculators.profiles import HardwareProfile, default_profile, save_profile
 from calculators.scenario import parse
@@ -33,44 +37,62 @@ from calculators.step import estimate_step
 from . import results
 
 
-def fit_gemm(profile: HardwareProfile, peak_tflops: float, rows) -> HardwareProfile:
+def fit_gemm(profile: HardwareProfile, gpu: GPUSpec, rows) -> HardwareProfile:
     """rows: (m, n, k, measured TFLOP/s). GEMMs that take under twice the profile's minimum
     kernel time are left out: launch overhead, not the efficiency curve, sets their rate."""
     floor = 2 * profile.kernel_us * 1e-6
-    rows = [(min(m, n, k), t) for m, n, k, t in rows if t > 0 and 2 * m * n * k / (t * 1e12) > floor]
+    rows = [(m, n, k, 2 * m * n * k / (t * 1e12)) for m, n, k, t in rows
+            if t > 0 and 2 * m * n * k / (t * 1e12) > floor]
     if not rows:
         return profile
-    d = np.array([r[0] for r in rows], dtype=float)
-    log_rate = np.log([r[1] / peak_tflops for r in rows])
+    measured = np.log([r[3] for r in rows])
+    fracs = np.geomspace(0.05, 1.5, 400)[:, None]
+    one_size = len({min(r[:3]) for r in rows}) == 1           # one size: the curve's bend is unknown
     best = None
-    for half in np.geomspace(1.0, 16384.0, 200):
-        shape = np.log(d / (d + half))
-        log_frac = float(np.mean(log_rate - shape))             # least squares for the fraction
-        err = float(np.sum((log_rate - shape - log_frac) ** 2))
-        if best is None or err < best[0] - 1e-12:
-            best = (err, half, math.exp(log_frac))
-    _, half, frac = best
-    if len({int(x) for x in d}) == 1:                           # one size: the curve's bend is unknown
-        half = profile.gemm_half_dim
-        frac = math.exp(float(np.mean(log_rate - np.log(d / (d + half)))))
-    return replace(profile, gemm_fraction=min(1.5, frac), gemm_half_dim=float(half))
+    for half in [profile.gemm_half_dim] if one_size else np.geomspace(1.0, 16384.0, 200):
+        # at gemm_fraction 1 the math takes A, so at f it takes A / f; the HBM term B does not move
+        unit = replace(profile, gemm_fraction=1.0, gemm_half_dim=float(half))
+        a, b = np.array([gemm_terms(m, n, k, gpu, unit) for m, n, k, _ in rows]).T
+        err = np.sum((np.log(a / fracs + b) - measured) ** 2, axis=1)
+        i = int(np.argmin(err))
+        if best is None or err[i] < best[0] - 1e-12:
+            best = (float(err[i]), float(half), float(fracs[i, 0]))
+    return replace(profile, gemm_fraction=min(1.5, best[2]), gemm_half_dim=best[1])
 
 
 def fit_host(profile: HardwareProfile, runs) -> HardwareProfile:
     """runs: (model, cluster, par, measured step seconds) on one node."""
-    runs = [r for r in runs if r[3] > 0]
+    return _fit_host(profile, [r for r in runs if r[3] > 0])[0]
+
+
+def _fit_host(profile: HardwareProfile, runs) -> tuple[HardwareProfile, float]:
     if not runs:
-        return profile
+        return profile, 0.0
     measured = np.log([r[3] for r in runs])
 
     def loss(host_ms: float) -> float:
         trial = replace(profile, host_ms_per_layer=float(host_ms))
         pred = np.log([estimate_step(m, c, p, trial, pipeline="closed").time_s for m, c, p, _ in runs])
-        return float(np.sum((pred - measured) ** 2))
+        return float(np.sum(np.abs(pred - measured)))
 
     best = min(np.arange(0.0, 20.01, 1.0), key=loss)
     best = min(np.arange(max(0.0, best - 1.0), best + 1.001, 0.1), key=loss)
-    return replace(profile, host_ms_per_layer=round(float(best), 2))
+    return replace(profile, host_ms_per_layer=round(float(best), 2)), loss(best)
+
+
+def fit_host_and_gemm(profile: HardwareProfile, runs) -> HardwareProfile:
+    """Without GEMM rows: `gemm_fraction` and `host_ms_per_layer` together from one-node training
+    runs (the GPU-bound ones set the first, the host-bound ones the second), the GEMM curve's bend
+    left at the profile's. A grid over the fraction (0.05 apart, then 0.01 around the best), the
+    host time fitted at each."""
+    runs = [r for r in runs if r[3] > 0]
+
+    def fit(frac: float):
+        return _fit_host(replace(profile, gemm_fraction=round(float(frac), 2)), runs)
+
+    best = min(np.arange(0.40, 0.901, 0.05), key=lambda f: fit(f)[1])
+    best = min(np.arange(best - 0.04, best + 0.041, 0.01), key=lambda f: fit(f)[1])
+    return fit(best)[0]
 
 
 def _train_runs(rows, gpu_name: str) -> list:
@@ -110,7 +132,7 @@ def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
              for r in rows if r["suite"] == "collectives" and r["status"] == "ok"
              and r["config"].get("placement", "world") in ("world", "intra")]
     notes = []
-    prof = fit_gemm(base, gpu.bf16_tflops, gemms)
+    prof = fit_gemm(base, gpu, gemms)
     if gemms:
         notes.append(f"GEMM curve from {len(gemms)} bf16 GEMMs: gemm_fraction {prof.gemm_fraction:.3f}, "
                      f"gemm_half_dim {prof.gemm_half_dim:.0f}")
@@ -120,7 +142,12 @@ def calibrate_rows(rows, gpu_name: str) -> tuple[HardwareProfile, list[str]]:
         notes.append(f"network from {len(colls)} collectives on up to {nodes} node(s): fabric_gbps {prof.fabric_gbps:.0f}")
         notes += _degraded_fabric(ClusterSpec(gpu, nodes=nodes), prof)
     train = _train_runs(rows, gpu_name)
-    if train:
+    if train and not gemms:
+        prof = fit_host_and_gemm(prof, train)
+        notes.append(f"GEMM rate and host time from {len(train)} one-node training runs (no gemm rows): "
+                     f"gemm_fraction {prof.gemm_fraction:.2f} (gemm_half_dim {prof.gemm_half_dim:.0f} kept), "
+                     f"host_ms_per_layer {prof.host_ms_per_layer:.2f}")
+    elif train:
         prof = fit_host(prof, train)
         notes.append(f"host time from {len(train)} one-node training runs: host_ms_per_layer "
                      f"{prof.host_ms_per_layer:.2f}")

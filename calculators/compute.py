@@ -1,10 +1,11 @@
 """Compute time of one micro-batch through one layer on one GPU: a roofline per kernel.
 
 Each kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth, kernel_us):
-- weight GEMMs (from ModelSpec.layer_matmuls, TP/EP-sharded as memory.py shards them): the
-  achieved FLOP/s is peak x gemm_fraction x d / (d + gemm_half_dim), d the GEMM's smallest
-  dimension (tokens, or a TP-sharded width: small shards run less efficiently). Backward runs two
-  GEMMs of the forward's size: the input gradient (I) and the weight gradient (W).
+- weight GEMMs (from ModelSpec.layer_matmuls, TP/EP-sharded as memory.py shards them, and fused
+  where the framework fuses them: frameworks.fused_projections): the math at peak x
+  gemm_fraction x d / (d + gemm_half_dim), d the GEMM's smallest dimension, plus the operands'
+  and result's HBM time (gemm_time: added, not maxed). Backward runs two GEMMs of the forward's
+  size: the input gradient (I) and the weight gradient (W).
 - attention core (FlashAttention): the causal FLOPs (flops.attention_flops) at attention_fraction
   of the bf16 peak; its backward does 2.5x the forward's FLOPs (it recomputes the scores).
 - memory-bound kernels: bytes read and written per token (counted below), backward twice the
@@ -15,11 +16,11 @@ Each kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth, k
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .activations import BF16, tokens
 from .flops import attention_flops
-from .frameworks import loss_bytes_per_logit
+from .frameworks import fused_projections, loss_bytes_per_logit
 from .hardware import GPUSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig
@@ -37,43 +38,80 @@ class LayerTime:
     attention: float             # forward attention-core time
     memory_bound: float          # forward memory-bound time
     recompute: float             # forward work run again in backward (in backward_input)
+    column_gemms: tuple = (0.0, 0.0)   # forward time of the column-parallel GEMMs after each of the
+                                       # layer's two TP all-gathers: attention's (q, k, v), the MLP's
 
     @property
     def total(self) -> float:
         return self.forward + self.backward_input + self.backward_weight
 
 
-def gemm_time(m: float, n: float, k: float, gpu: GPUSpec, profile: HardwareProfile, fp8: bool = False,
-              count: float = 1.0) -> float:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n)."""
-    if m <= 0 or count <= 0:
-        return 0.0
+def gemm_terms(m: float, n: float, k: float, gpu: GPUSpec, profile: HardwareProfile,
+               fp8: bool = False) -> tuple[float, float]:
+    """(math seconds, HBM seconds) of one (m x k) @ (k x n) GEMM (see gemm_time)."""
     d = min(m, n, k)
     frac = profile.fp8_gemm_fraction if fp8 else profile.gemm_fraction
     rate = gpu.peak_tflops("fp8" if fp8 else "bf16") * 1e12 * frac * d / (d + profile.gemm_half_dim)
-    return count * max(2.0 * m * n * k / rate, profile.kernel_us * 1e-6)
+    nbytes = (1 if fp8 else BF16) * (m * k + k * n) + BF16 * m * n
+    return 2.0 * m * n * k / rate, nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction)
+
+
+def gemm_time(m: float, n: float, k: float, gpu: GPUSpec, profile: HardwareProfile, fp8: bool = False,
+              count: float = 1.0) -> float:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n): the math at the profile's large-GEMM rate,
+    slowed to d / (d + gemm_half_dim) of it where the smallest dimension d leaves tiles part-empty,
+    plus streaming the two operands in and the bf16 result out of HBM once. A GEMM whose FLOPs per
+    byte fall under the GPU's FLOPs-to-bandwidth ratio is memory-bound (NVIDIA's Matrix
+    Multiplication Background guide): a TP shard's 128- or 256-wide reduction dimension, or a
+    handful of tokens, leaves it writing or reading far more than it computes. The two terms are
+    added, not maxed: a kernel overlaps them only in part, and the sum sits within 2x of the max."""
+    if m <= 0 or count <= 0:
+        return 0.0
+    return count * max(sum(gemm_terms(m, n, k, gpu, profile, fp8)), profile.kernel_us * 1e-6)
 
 
 def memory_time(nbytes: float, kernels: int, gpu: GPUSpec, profile: HardwareProfile) -> float:
     return max(nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction), kernels * profile.kernel_us * 1e-6)
 
 
-def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> float:
+def _fused(mms: tuple, framework: str) -> list:
+    """The layer's matmuls as the framework runs them: with frameworks.fused_projections, adjacent
+    column-parallel ones that read the same input (q, k, v; gate, up) as one wider GEMM."""
+    if not fused_projections(framework):
+        return list(mms)
+    out = []
+    for mm in mms:
+        prev = out[-1] if out else None
+        if prev and mm.tp == prev.tp == "col" and (mm.fan_in, mm.stored, mm.used, mm.expert) == \
+                (prev.fan_in, prev.stored, prev.used, prev.expert):
+            out[-1] = replace(prev, name=f"{prev.name}+{mm.name}", fan_out=prev.fan_out + mm.fan_out)
+        else:
+            out.append(mm)
+    return out
+
+
+ATTENTION_COLUMNS = ("q", "k", "v", "q_b", "kv_b")
+
+
+def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple[float, tuple]:
+    """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them)."""
     fp8 = par.precision == "fp8"
-    t = 0.0
-    for mm in model.layer_matmuls(moe_layer):
+    t, cols = 0.0, [0.0, 0.0]
+    for mm in _fused(model.layer_matmuls(moe_layer), par.framework):
         if mm.expert:
             # ep GPUs' tokens spread over E experts; this GPU runs E/ep of them, each on ep*T*K/E tokens
             E, K = model.moe.experts, model.moe.top_k
             tokens = par.ep * T * K / E
             t += gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
         elif mm.tp == "col":
-            t += gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
+            g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
+            cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g
+            t += g
         elif mm.tp == "row":
             t += gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, fp8, count=mm.stored)
         else:                                          # replicated (the router, MLA's small projections)
             t += gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
-    return t
+    return t, tuple(cols)
 
 
 def _memory_bound_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float) -> tuple[float, int]:
@@ -103,7 +141,7 @@ def _memory_bound_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, 
 def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUSpec,
                profile: HardwareProfile) -> LayerTime:
     T = tokens(par)
-    gemm = _layer_gemms(model, par, moe_layer, T, gpu, profile)
+    gemm, cols = _layer_gemms(model, par, moe_layer, T, gpu, profile)
     # Attention: this GPU's heads (a/tp) for its T queries; causal work over the full context.
     attn_flops = T * attention_flops(model, par.seq, causal=True) / par.tp
     attn = attn_flops / (gpu.bf16_tflops * 1e12 * profile.attention_fraction) if par.flash else \
@@ -114,7 +152,8 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
     forward = gemm + attn + mem
     recompute = forward if par.recompute == "full" else attn if par.recompute == "selective" else 0.0
     return LayerTime(forward=forward, backward_input=gemm + 2.5 * attn + 2 * mem + recompute,
-                     backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute)
+                     backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
+                     column_gemms=cols)
 
 
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:

@@ -14,7 +14,10 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
   and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
-  as the GEMMs last).
+  as the GEMMs last). Without it, Megatron's and nanotron's column-parallel linears all-gather
+  their saved input shard again in backward beside the input-gradient GEMM and reduce-scatter that
+  gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped): two more
+  all-gathers per layer, each collective hidden as far as its GEMM lasts.
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
@@ -41,7 +44,8 @@ from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
-from .frameworks import grad_accumulation_bytes, grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count
+from .frameworks import (grad_accumulation_bytes, grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count,
+                         tp_backward_overlapped)
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -71,23 +75,33 @@ class StepEstimate:
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
 
 
-def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
-    """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction)}."""
+def _layer_comm(model, par, cluster, profile, moe_layer, lt):
+    """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction of
+    the forward's, hidden fraction of the backward's)}."""
     T = tokens(par)
     act = BF16 * T * model.hidden
+    attn_time, gemm_time = lt.attention, lt.gemm
     out = {}
     if par.tp > 1:
         g = group("tp", par, cluster)
-        one = (collective_time("all_gather", act, g, cluster, profile) +
-               collective_time("reduce_scatter", act, g, cluster, profile)) if par.sp else \
-            collective_time("all_reduce", act, g, cluster, profile)
-        out["tp"] = (2 * one, 2 * one, _tp_hidden(par, 2 * one, gemm_time, profile))
+        ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
+        one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
+        hidden = _tp_hidden(par, 2 * one, gemm_time, profile)
+        out["tp"] = (2 * one, 2 * one, hidden, hidden)
+        if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
+            # backward: the row-parallel linears' gradient all-gathers wait for nothing and hold the
+            # GEMMs back; each column-parallel group all-gathers its saved input shard again beside
+            # its input-gradient GEMM, then reduce-scatters that gradient beside its weight-gradient
+            # GEMM (each as long as the group's forward GEMM)
+            bwd = 4 * ag + 2 * rs
+            hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms)
+            out["tp"] = (2 * one, bwd, hidden, max(hidden, hid / bwd))
     if par.cp > 1:
         kv = BF16 * T * 2 * model.kv_dim / par.tp
         g = group("cp", par, cluster)
         fwd = collective_time("all_gather", kv * par.cp, g, cluster, profile)
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
-        out["cp"] = (fwd, 2 * fwd, hidden)
+        out["cp"] = (fwd, 2 * fwd, hidden, hidden)
     if moe_layer and par.ep > 1:
         g = expert_group("ep", par, cluster)
         mine, moe = act / (par.tp if par.sp else 1), model.moe
@@ -96,7 +110,8 @@ def _layer_comm(model, par, cluster, profile, moe_layer, attn_time, gemm_time):
         # DualPipe pairs one micro-batch's forward with another's backward: each one's dispatch and
         # combine run under the other's compute, so they hide as far as that compute lasts
         paired = 3 * gemm_time + 3.5 * attn_time          # the layer's forward and backward
-        out["ep"] = (a2a, a2a, min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" else profile.overlap["ep"])
+        hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" else profile.overlap["ep"]
+        out["ep"] = (a2a, a2a, hidden, hidden)
     return out
 
 
@@ -151,9 +166,9 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
-            comm = _layer_comm(model, par, cluster, profile, moe, lt.attention, lt.gemm)
-            exp_f = sum(f * (1 - h) for f, _, h in comm.values())
-            exp_b = sum(b * (1 - h) for _, b, h in comm.values())
+            comm = _layer_comm(model, par, cluster, profile, moe, lt)
+            exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
+            exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
             acc = acc_bytes and memory_time(acc_bytes * sum(kind_params(model, par, moe)),
                                             sum(_layer_tensors(model, par, moe)), gpu, profile)
             kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
@@ -361,9 +376,9 @@ def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
         out["compute"] += n * (lt.total - lt.recompute)
         out["recompute"] += n * lt.recompute
         out["host_bound"] += n * waits
-        for kind, (fw, bw, hidden) in comm.items():
-            out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw + bw) * (1 - hidden)
-            hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw + bw) * hidden
+        for kind, (fw, bw, hf, hb) in comm.items():
+            out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw * (1 - hf) + bw * (1 - hb))
+            hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw * hf + bw * hb)
     # the rest of the busiest rank's op time: embedding, output layer and loss, summing the
     # micro-batches' gradients (frameworks.grad_accumulation_bytes), blocking p2p sends
     out["other"] = max(timeline.busy) - sum(out.values())

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from calculators import flops as fl
-from calculators.compute import gemm_time, layer_time
+from calculators.compute import gemm_terms, gemm_time, layer_time
 from calculators.errors import ConfigError
 from calculators.frameworks import grad_bucket_bytes
 from calculators.hardware import ClusterSpec, gpu_from_name
@@ -61,11 +61,24 @@ def test_recompute_costs_time_and_fp8_only_speeds_gemms():
     assert fp8.gemm < bf16.gemm and fp8.attention == bf16.attention and fp8.memory_bound == bf16.memory_bound
 
 
-def test_gemm_efficiency_falls_with_small_shards():
-    big = 2 * 8192**3 / gemm_time(8192, 8192, 8192, H100, PROF)
-    small = 2 * 8192 * 512 * 8192 / gemm_time(8192, 512, 8192, H100, PROF)
-    assert big > 1.5 * small
-    assert big / 989.4e12 == pytest.approx(PROF.gemm_fraction * 8192 / (8192 + PROF.gemm_half_dim))
+def test_gemm_time_is_its_math_plus_streaming_its_operands():
+    """A GEMM takes its FLOPs at gemm_fraction of the peak (less where its smallest dimension is
+    small) plus its operands' and result's bytes at hbm_fraction of HBM: a large square one is
+    math-bound; a TP shard's 128-wide reduction dimension spends longer writing its output than a
+    large GEMM's rate would take for its math."""
+    hbm = 3.35e12 * PROF.hbm_fraction
+    s = 8192
+    big = 2 * s**3 / gemm_time(s, s, s, H100, PROF)
+    math_s = 2 * s**3 / (989.4e12 * PROF.gemm_fraction * s / (s + PROF.gemm_half_dim))
+    assert big == pytest.approx(2 * s**3 / (math_s + 2 * 3 * s * s / hbm))
+    assert big > 0.9 * 989.4e12 * PROF.gemm_fraction
+    small = 2 * s * 512 * s / gemm_time(s, 512, s, H100, PROF)
+    assert big > 1.1 * small
+    m, n, k = 65536, 2048, 128
+    math_s, hbm_s = gemm_terms(m, n, k, H100, PROF)
+    assert hbm_s == pytest.approx(2 * (m * k + k * n + m * n) / hbm)
+    assert hbm_s > 1.5 * 2 * m * n * k / (989.4e12 * PROF.gemm_fraction)    # more than its math at full rate
+    assert gemm_time(m, n, k, H100, PROF, count=3) == pytest.approx(3 * (math_s + hbm_s))
 
 
 def test_tp_across_nodes_is_slower_than_inside():
@@ -95,7 +108,7 @@ def test_profiles_load_from_files_and_report_bad_keys(tmp_path):
     # a scenario can name a file or override knobs inline; slower kernels, slower step
     sc = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB"}, "parallel": {"dp": 8, "gbs": 64}}
     fast = evaluate(sc)["step"]["time_s"]
-    slow = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": {"gemm_fraction": 0.35}}})["step"]["time_s"]
+    slow = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": {"gemm_fraction": 0.25}}})["step"]["time_s"]
     from_file = evaluate({**sc, "hardware": {"gpu": "H100-80GB", "profile": str(path)}})["step"]["time_s"]
     assert slow > 1.5 * fast and from_file == pytest.approx(fast)
     json.dumps(evaluate(sc))                                   # the answer is plain JSON
@@ -166,21 +179,51 @@ def test_gradient_buckets_and_zero1_gathers_pay_latency_each():
 def test_tp_overlap_hides_all_but_one_ring_step():
     """Megatron/TE's tp_comm_overlap pipelines each all-gather and reduce-scatter with its GEMM in
     tp ring steps: at most (tp-1)/tp of the TP traffic hides, and never more than the layer's
-    GEMMs last; it needs sequence parallelism. Off, nothing hides (overlap["tp"] = 0)."""
+    GEMMs last; it needs sequence parallelism. Off, in a framework that overlaps nothing
+    (torchtitan's DTensor TP), nothing hides (overlap["tp"] = 0)."""
     from calculators.step import _tp_hidden
     base = dict(tp=8, sp=True, mbs=2, gbs=64)
-    off, on = _step(**base), _step(**base, tp_overlap=True)
+    off, on = _step(**base, framework="fsdp2"), _step(**base, tp_overlap=True)
     assert off.breakdown.get("tp_hidden", 0) == 0 and on.breakdown["tp_hidden"] > 0
-    total = off.breakdown["tp_exposed"]
+    total = off.breakdown["tp_exposed"]                   # the same collectives, all exposed
     assert on.breakdown["tp_exposed"] == pytest.approx(total - on.breakdown["tp_hidden"])
     assert on.breakdown["tp_exposed"] >= total / 8 * (1 - 1e-9)
-    assert on.time_s < off.time_s
+    assert on.time_s < _step(**base).time_s
     par = ParallelConfig(tp=8, sp=True, tp_overlap=True)
     assert _tp_hidden(par, 1.0, 10.0, PROF) == pytest.approx(7 / 8)      # GEMMs long: one step of 8 shows
     assert _tp_hidden(par, 1.0, 0.25, PROF) == pytest.approx(0.25)       # GEMMs short: they bound it
     with pytest.raises(ConfigError, match="tp_overlap"):
         evaluate({"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nodes": 1},
                   "parallel": {"tp": 8, "tp_overlap": True, "gbs": 8}})
+
+
+def test_column_parallel_backward_gathers_again_and_hides_behind_its_gemms():
+    """Megatron's and nanotron's column-parallel linears keep their input sharded and all-gather
+    it again in backward beside the input-gradient GEMM, then reduce-scatter that gradient beside
+    the weight-gradient GEMM: the backward moves 4 all-gathers and 2 reduce-scatters per layer, of
+    which each column group hides min(collective, its GEMM); torchtitan's and DeepSpeed's TP wait
+    on their 2 and 2. Inside a node the overlap wins time; across nodes the extra all-gathers
+    cost more than their GEMMs can hide."""
+    from calculators.activations import tokens
+    from calculators.comm import collective_time, group
+    from calculators.step import _layer_comm
+    for nodes, tp in ((1, 8), (2, 16)):
+        cluster = ClusterSpec(H100, nodes=nodes)
+        par = ParallelConfig(tp=tp, sp=True, mbs=2, gbs=64, seq=4096, dp=8 * nodes // tp)
+        act = 2 * tokens(par) * L8B.hidden
+        ag, rs = (collective_time(op, act, group("tp", par, cluster), cluster, PROF)
+                  for op in ("all_gather", "reduce_scatter"))
+        lt = layer_time(L8B, par, False, H100, PROF)
+        assert len(lt.column_gemms) == 2 and all(c > 0 for c in lt.column_gemms)
+        fwd, bwd, hf, hb = _layer_comm(L8B, par, cluster, PROF, False, lt)["tp"]
+        assert fwd == pytest.approx(2 * (ag + rs)) and bwd == pytest.approx(4 * ag + 2 * rs) and hf == 0
+        assert bwd * hb == pytest.approx(sum(min(ag, c) + min(rs, c) for c in lt.column_gemms))
+        plain = replace(par, framework="fsdp2")
+        plain_lt = layer_time(L8B, plain, False, H100, PROF)
+        fwd2, bwd2, _, hb2 = _layer_comm(L8B, plain, cluster, PROF, False, plain_lt)["tp"]
+        assert bwd2 == pytest.approx(2 * (ag + rs)) and hb2 == 0
+        exposed, exposed_plain = bwd * (1 - hb), bwd2
+        assert (exposed < exposed_plain) if nodes == 1 else (exposed > exposed_plain)
 
 
 def test_megatron_interleaved_sends_do_not_hold_their_sender():
