@@ -74,7 +74,7 @@ def memory_time(nbytes: float, kernels: int, gpu: GPUSpec, profile: HardwareProf
     return max(nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction), kernels * profile.kernel_us * 1e-6)
 
 
-def _fused(mms: tuple, framework: str) -> list:
+def fused_matmuls(mms: tuple, framework: str) -> list:
     """The layer's matmuls as the framework runs them: with frameworks.fused_projections, adjacent
     column-parallel ones that read the same input (q, k, v; gate, up) as one wider GEMM."""
     if not fused_projections(framework):
@@ -97,7 +97,7 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
     """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them)."""
     fp8 = par.precision == "fp8"
     t, cols = 0.0, [0.0, 0.0]
-    for mm in _fused(model.layer_matmuls(moe_layer), par.framework):
+    for mm in fused_matmuls(model.layer_matmuls(moe_layer), par.framework):
         if mm.expert:
             # ep GPUs' tokens spread over E experts; this GPU runs E/ep of them, each on ep*T*K/E tokens
             E, K = model.moe.experts, model.moe.top_k

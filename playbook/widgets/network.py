@@ -55,12 +55,12 @@ def build_collectives(wid: str, params: dict) -> Widget:
 
 
 def roof_compute(v: dict):
-    from calculators.compute import gemm_time
+    from calculators.compute import fused_matmuls, gemm_time
     model, cluster, par = scenario_from(v)
     gpu, prof = cluster.gpu, default_profile(cluster.gpu.name)
     T = par.mbs * par.seq / par.cp
     points = []
-    for mm in model.layer_matmuls(bool(model.layer_kinds[-1])):
+    for mm in fused_matmuls(model.layer_matmuls(bool(model.layer_kinds[-1])), par.framework):
         shard = par.tp if mm.tp in ("col", "row") and not mm.expert else 1
         m_, kdim, n_ = T * (mm.used if mm.expert else 1), mm.fan_in / (shard if mm.tp == "row" else 1), \
             mm.fan_out / (shard if mm.tp == "col" else 1)
@@ -76,7 +76,8 @@ def roof_compute(v: dict):
     ridge = gpu.bf16_tflops / gpu.hbm_tbps
     text = (f"{gpu.name}: {gpu.bf16_tflops:.0f} TFLOP/s dense bf16, {gpu.hbm_tbps} TB/s HBM: kernels below "
             f"**{ridge:.0f} FLOP/byte** are memory-bound. Points: one layer of {model.name} at tp {par.tp}, "
-            f"{T:.0f} tokens per micro-batch, at the rate the time model gives each kernel.")
+            f"{T:.0f} tokens per micro-batch, its GEMMs fused as {par.framework} runs them, at the rate the time model "
+            "gives each kernel.")
     return roofline(gpu.bf16_tflops, gpu.hbm_tbps, points, f"{gpu.name} roofline, {model.name}"), text
 
 
