@@ -1,6 +1,7 @@
 """Compute time of one micro-batch through one layer on one GPU: a roofline per kernel.
 
-Each kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth, kernel_us):
+Each kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth, kernel_us), but a
+GEMM, whose math and memory traffic overlap only in part, takes their sum:
 - weight GEMMs (from ModelSpec.layer_matmuls, TP/EP-sharded as memory.py shards them, and fused
   where the framework fuses them: frameworks.fused_projections): the math at peak x
   gemm_fraction x d / (d + gemm_half_dim), d the GEMM's smallest dimension, plus the operands'

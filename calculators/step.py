@@ -84,15 +84,16 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
     out = {}
     if par.tp > 1:
         g = group("tp", par, cluster)
-        ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
+        if par.sp:
+            ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
         one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
         hidden = _tp_hidden(par, 2 * one, gemm_time, profile)
         out["tp"] = (2 * one, 2 * one, hidden, hidden)
         if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
-            # backward: the row-parallel linears' gradient all-gathers wait for nothing and hold the
-            # GEMMs back; each column-parallel group all-gathers its saved input shard again beside
-            # its input-gradient GEMM, then reduce-scatters that gradient beside its weight-gradient
-            # GEMM (each as long as the group's forward GEMM)
+            # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
+            # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,
+            # then reduce-scatters that gradient beside its weight-gradient GEMM (each as long as
+            # the group's forward GEMM)
             bwd = 4 * ag + 2 * rs
             hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms)
             out["tp"] = (2 * one, bwd, hidden, max(hidden, hid / bwd))
