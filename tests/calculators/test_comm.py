@@ -101,7 +101,8 @@ def test_concurrent_groups_share_the_fabric():
 
 def test_stage_local_groups_share_the_fabric_with_their_stage_only():
     """With a pipeline, the stages run other layers and micro-batches: a TP, CP or EP group, and a
-    stage's pipeline sends, share the fabric with one stage's nodes (nodes / pp); the gradient
+    stage's pipeline sends, share the fabric with one stage's nodes (nodes / pp; a send at least the
+    two nodes it joins); the gradient
     sync, run by every stage as its backward ends, with the whole job."""
     big = ClusterSpec(H100, nodes=32)
     par = ParallelConfig(tp=16, pp=4, dp=4, gbs=64)
@@ -110,6 +111,8 @@ def test_stage_local_groups_share_the_fabric_with_their_stage_only():
     assert group("pp", par, big).fabric_nodes == 8
     deep = ParallelConfig(tp=16, pp=32, gbs=64)             # a stage narrower than its group: the group's own
     assert group("tp", deep, big).fabric_nodes == 2
+    # a send joins two nodes: a pipeline of one stage per node shares with those two, not all 32
+    assert group("pp", ParallelConfig(tp=8, pp=32, gbs=64), big).fabric_nodes == 2
     moe = ParallelConfig(tp=1, pp=2, dp=128, ep=32, gbs=256)
     assert expert_group("ep", moe, big).fabric_nodes == 16 and expert_group("edp", moe, big).fabric_nodes == 32
 
