@@ -17,8 +17,8 @@ Knobs:
   a smallest dimension one tile wide half-fills what a large one does. Among 64, 128, 256 and 512
   it is where the one-node nanotron runs (median error 3.3%, against 3.6 to 7.0%) and the
   published FP8 dense runs (3.3%, against 3.6 to 8.2%) come out best, though the whole nanotron
-  set's p90 is lowest at 512 (37.5% against 38.7%); a GPU's gemm rows refit both knobs. FP8
-  GEMMs reach `fp8_gemm_fraction` of the FP8 peak.
+  set's p90 was lowest at 512 when it was chosen (37.5% against 38.7%); a GPU's gemm rows refit
+  both knobs. FP8 GEMMs reach `fp8_gemm_fraction` of the FP8 peak.
 - attention (FlashAttention forward + backward) reaches `attention_fraction` of the bf16 peak.
 - memory-bound ops (norms, activations, residuals, RoPE, the optimizer) move their bytes at
   `hbm_fraction` of the HBM bandwidth; every kernel costs at least `kernel_us`.

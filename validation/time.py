@@ -17,7 +17,7 @@
    nanotron's host floors (frameworks.host_scale: its host issues a layer more slowly when its
    pipeline or TP crosses nodes) were fitted on the 1.34B and 3.57B runs; the table beside them
    gives the larger models' runs, held out, and the runs where both cross nodes (no number fitted
-   on them, but they chose the form that multiplies the two).
+   on them, but they chose the form: ranks per node, not the whole TP group, raised to the power).
 3. Noise floor. Runs that differ only in ZeRO stage (0 or 1; the model puts them within a few
    percent of each other) were measured as separate jobs: how far apart each such pair is, per
    node count, bounds what any model of the layout alone can reach.
@@ -232,8 +232,8 @@ def main() -> None:
         print(f"| {k} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
     print("\nnanotron's host floors (calculators/frameworks.py, host_scale), fitted on the 1.34B and 3.57B "
           "runs of the first two layouts; the other models are predictions. The third layout multiplies the two "
-          "and fits no number, but its runs chose the first's form (log2 of the whole TP group, not of its ranks "
-          "per node, which the fitted runs cannot tell apart):\n")
+          "and fits no number, but its runs chose the form (TP ranks per node raised to the power, not the "
+          "whole TP group: 7% median error against 39%; the fitted runs cannot tell the two apart):\n")
     print("| layout | models | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|---|")
     for (k, part), (n, med, p90, signed) in c.host_fit.items():
         how = "form chosen" if k == LAYOUTS[5] else "fitted" if part == "fitted" else "predicted"

@@ -243,15 +243,17 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
 
 
 def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes():
-    """frameworks.host_scale: nanotron's host needs 1 + k log2(tp) times its one-node issue time
-    per layer when its pipeline crosses nodes with TP (tp: the whole group, wherever its ranks
-    sit), and tp_nodes times when a TP group spans nodes; one node, no TP, or another framework:
-    as profiled."""
-    from calculators.frameworks import NANOTRON_CROSS_NODE_PP_HOST as k
+    """frameworks.host_scale: nanotron's host needs tp_per_node ** b times its one-node issue
+    time per layer (b = NANOTRON_CROSS_NODE_PP_HOST) when its pipeline crosses nodes with TP, and
+    tp_nodes times when a TP group spans nodes (the two multiply); one node, no TP, or another
+    framework: as profiled."""
+    from calculators.frameworks import NANOTRON_CROSS_NODE_PP_HOST as beta
     from calculators.frameworks import host_scale
     from calculators.step import stage_costs
-    assert host_scale("nanotron", 4, 1, True) == pytest.approx(1 + k * 2)
-    assert host_scale("nanotron", 8, 2, True) == pytest.approx((1 + k * 4) * 2)    # TP 16 over 2 nodes
+    assert host_scale("nanotron", 4, 1, True) == pytest.approx(4 ** beta)
+    assert host_scale("nanotron", 8, 2, True) == pytest.approx(8 ** beta * 2)    # TP 16 over 2 nodes
+    assert 1 < host_scale("nanotron", 2, 1, True) < host_scale("nanotron", 4, 1, True) \
+        < host_scale("nanotron", 8, 1, True)
     assert host_scale("nanotron", 8, 2, False) == 2
     assert host_scale("nanotron", 1, 1, True) == host_scale("nanotron", 4, 1, False) == 1
     assert host_scale("megatron", 8, 4, True) == 1
@@ -261,7 +263,7 @@ def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes(
     one = stage_costs(small, ClusterSpec(H100, nodes=1, gpus_per_node=16), ParallelConfig(**nano), PROF)
     host = PROF.host_ms_per_layer * 1e-3
     f, b, w = inside.layer[(False, "none")]
-    assert f + b + w == pytest.approx(host * (1 + k * 2))           # the floor binds at mbs 1
+    assert f + b + w == pytest.approx(host * 4 ** beta)           # the floor binds at mbs 1
     assert sum(one.layer[(False, "none")]) == pytest.approx(host)
     mega = stage_costs(small, ClusterSpec(H100, nodes=2), ParallelConfig(**{**nano, "framework": "megatron"}), PROF)
     assert sum(mega.layer[(False, "none")]) < f + b + w

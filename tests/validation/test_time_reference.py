@@ -1,9 +1,9 @@
 """The time model against the measured nanotron runs (validation/time.py).
 
-What these assert is what the model reaches today, as guards against regressions. Of the time-model
-issue's throughput targets, the median (<= 15%) is met over all scored runs and the p90 (<= 35%)
-only on one node and on the layouts whose groups stay inside a node; picking (>= 85% of the best)
-is met; see the README's time-model section.
+What these assert is what the model reaches today, as guards against regressions. The time-model
+issue's throughput targets, median <= 15% and p90 <= 35% over all scored runs, are met (7.7% and
+34.7% today), and picking (>= 85% of the best); the degraded-fabric jobs alone miss the p90; see
+the README's time-model section.
 """
 import json
 import statistics
@@ -32,20 +32,20 @@ def test_bus_bandwidth_within_25_percent_with_one_fitted_knob():
 
 def test_pipeline_runs_before_nanotrons_fix_are_reported_apart():
     """The data's README: compare PP runs within one value of after_pp_fix. The runs before the
-    fix ran more than twice as slow as the model predicts; the scored runs meet the median target
-    (15%), not yet the p90 (35%)."""
+    fix ran more than twice as slow as the model predicts; the scored runs meet the median (15%)
+    and p90 (35%) targets."""
     c = check()
     runs, signed = c.before_fix
     assert runs >= 400 and signed > 1.0
-    assert c.runs >= 1200 and c.median_error <= 0.15 and c.p90_error <= 0.5
+    assert c.runs >= 1200 and c.median_error <= 0.15 and c.p90_error <= 0.35
 
 
 def test_nanotron_host_floors_hold_on_the_models_they_were_not_fitted_to():
     """frameworks.host_scale's two factors were fitted on the 1.34B and 3.57B runs; on the larger
-    models' runs the median error stays within 20% (19.7% and 12.2% today; the cross-node TP runs
+    models' runs the median error stays within 20% (19.7% and 6.9% today; the cross-node TP runs
     without a pipeline sit mostly on the degraded fabric, and their fitted runs measure 17.3%).
     Where pipeline and TP both cross nodes the two multiply with no number fitted, in the form
-    those runs chose (log2 of the whole TP group): 6.8% and 5.0% today, held to 10%."""
+    those runs chose (TP ranks per node to the power): 7.6% and 6.3% today, held to 10%."""
     c = check()
     for (kind, part), (runs, median, _, signed) in c.host_fit.items():
         assert runs >= 40, (kind, part)
