@@ -216,8 +216,8 @@ def host_scale(framework: str, tp_per_node: int, tp_nodes: int, pipeline_crosses
       at 0.85). It replaced 1 + 1.1 log2(tp), which left TP 8 about 18% too fast at micro-batch 1
       to 8 and TP 2 5% too slow; the larger models' runs, held out, went from 12.2% median error
       to 8.2% with this form alone, and to 6.9% with the pipeline sends' sharing (comm.group)
-      also mended. Its p2p code sends every tensor's metadata with blocking send/recv and reads it on
-      the host, a host sync at each stage boundary, which may be part of it.
+      also mended. Its p2p code sends every tensor's metadata with blocking send/recv and reads
+      it on the host, a host sync at each stage boundary, which may be part of it.
     - a TP group across nodes: x tp_nodes. At micro-batch 1 TP 16 over 2 nodes takes about 8 ms
       per layer and TP 32 over 4 nodes 15 to 18 ms, for the 1.34B, 3.57B and 8.86B models alike.
     Both are floors, not added costs: at larger micro-batches the GPU's work covers them and the

@@ -101,9 +101,9 @@ def test_concurrent_groups_share_the_fabric():
 
 def test_stage_local_groups_share_the_fabric_with_their_stage_only():
     """With a pipeline, the stages run other layers and micro-batches: a TP, CP or EP group, and a
-    stage's pipeline sends, share the fabric with one stage's nodes (nodes / pp; a send at least the
-    two nodes it joins); the gradient
-    sync, run by every stage as its backward ends, with the whole job."""
+    stage's pipeline sends, share the fabric with one stage's nodes (nodes / pp; a send at least
+    the two nodes it joins); the gradient sync, run by every stage as its backward ends, with the
+    whole job."""
     big = ClusterSpec(H100, nodes=32)
     par = ParallelConfig(tp=16, pp=4, dp=4, gbs=64)
     assert group("tp", par, big).fabric_nodes == 8
