@@ -233,7 +233,7 @@ def main() -> None:
     print("\nnanotron's host floors (calculators/frameworks.py, host_scale), fitted on the 1.34B and 3.57B "
           "runs of the first two layouts; the other models are predictions. The third layout multiplies the two "
           "and fits no number, but its runs chose the form (TP ranks per node raised to the power, not the "
-          "whole TP group: 7% median error against 39%; the fitted runs cannot tell the two apart):\n")
+          "whole TP group, which the fitted runs cannot tell apart; frameworks.host_scale):\n")
     print("| layout | models | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|---|")
     for (k, part), (n, med, p90, signed) in c.host_fit.items():
         how = "form chosen" if k == LAYOUTS[5] else "fitted" if part == "fitted" else "predicted"
