@@ -50,7 +50,7 @@ from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
 from .parallel import ParallelConfig
-from .pipeline import Timeline, simulate
+from .pipeline import Timeline, simulate_long
 from .schedules import n_stages, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 
@@ -66,11 +66,11 @@ class StepEstimate:
     tflops_per_gpu: float
     bubble_fraction: float
     breakdown: dict = field(default_factory=dict)   # seconds per step on the slowest rank
-
+    pipeline: str = "simulated"  # how the pipeline was timed: simulated, extrapolated or closed form
     def as_dict(self) -> dict:
         return {"time_s": self.time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu, "bubble_fraction": self.bubble_fraction,
-                "breakdown_s": dict(self.breakdown),
+                "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline,
                 "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
 
@@ -246,9 +246,10 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     v = par.vpp if par.schedule == "interleaved" else 1
     costs = stage_costs(model, cluster, par, profile)
     f, b, w, p2p, parts, layers = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers
+    timeline, how = (None, "closed form")
     if pipeline == "simulate":
-        timeline = _simulated(par.schedule, p, m, v, f, b, w, p2p)
-    else:
+        timeline, how = _simulated(par.schedule, p, m, v, f, b, w, p2p)
+    if timeline is None:
         busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
         timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy)
 
@@ -269,7 +270,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                            layers[busiest], model, m, timeline, tail_parts)
     return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
                         hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
-                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown)
+                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown, pipeline=how)
 
 
 def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
@@ -330,7 +331,7 @@ def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
 @lru_cache(maxsize=128)
 def _simulated(schedule, p, m, v, f, b, w, p2p):
     """Layouts that differ only after the pipeline (ZeRO stage, say) share its simulation."""
-    return simulate(schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False)
+    return simulate_long(schedule, p, m, v, f, b, w, p2p)
 
 
 def _layer_tensors(model, par, moe: bool) -> tuple[int, int]:
