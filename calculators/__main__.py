@@ -9,63 +9,150 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
+import threading
 
+from . import limits
 from .errors import ConfigError
 from .hardware import GPU_PRESETS
 from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
 from .presets import MODEL_PRESETS, model_from_name
-from .scenario import evaluate_line, parse_hardware, parse_model, parse_parallel
+from .scenario import answer, parse_hardware, parse_model, parse_parallel
+from .validate import loads, show
 
 
-def cmd_estimate(_args) -> int:
-    """JSON Lines in, one JSON line out per scenario, in order (shared/DESIGN.md contract)."""
+class _OverBudget(BaseException):
+    """The wall-clock alarm: a BaseException, so no `except Exception` on the way swallows it."""
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float):
+    """A wall-clock budget for the block (POSIX, main thread): _OverBudget when it is spent, on top
+    of the calculators' cooperative budget (limits.time_budget), which the block also runs under."""
+    usable = seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if usable:
+        def ring(_signum, _frame):
+            raise _OverBudget()
+        previous = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        with limits.time_budget(seconds if seconds > 0 else float("inf"), "this request"):
+            yield
+    finally:
+        if usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _strict_json(obj, **kw) -> str:
+    """JSON that any parser reads: no NaN or Infinity (a bug's value becomes an error, not bad JSON)."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        return json.dumps({"error": "internal error: the answer holds a value that is not a finite number; "
+                                    "please report the scenario"})
+
+
+def _lines(stream, limit: int):
+    """(number, bytes of the line, or None when it is over `limit` bytes) for each line of a
+    binary stream, holding at most `limit` bytes at a time."""
+    number = 0
+    while True:
+        raw = stream.readline(limit + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):        # skip the rest of the long line
+                raw = stream.readline(1 << 16)
+            yield number, None
+        else:
+            yield number, raw
+
+
+def cmd_estimate(args) -> int:
+    """JSON Lines in, one JSON line out per scenario, in order (shared/DESIGN.md contract). Every
+    line gets an answer: a line that is not JSON, not UTF-8, too long, too slow or that trips a
+    bug gets an `error`, and the lines after it are still read."""
     bad_json = False
     out = sys.stdout
-    for number, line in enumerate(sys.stdin, 1):
-        if not line.strip():
+    for number, raw in _lines(sys.stdin.buffer, limits.MAX_JSON_BYTES):
+        if raw is not None and not raw.strip():
             continue
         try:
-            answer = evaluate_line(line)
-        except json.JSONDecodeError as exc:
+            if raw is None:
+                raise ConfigError(f"line {number} is over {limits.MAX_JSON_BYTES:,} bytes; one scenario is a few "
+                                  "hundred")
+            scenario = loads(raw, f"line {number}")
+        except ConfigError as exc:
             bad_json = True
-            answer = {"error": f"line {number} is not JSON ({exc.msg}, column {exc.colno})"}
-        out.write(json.dumps(answer, separators=(",", ":")) + "\n")
+            result = {"error": str(exc)}
+        else:
+            try:
+                with _alarm(args.budget_s):
+                    result = answer(scenario)
+            except _OverBudget:
+                result = {"error": f"line {number} took longer than its {args.budget_s:g} s budget; it was stopped "
+                                   "(raise --budget-s to allow more)"}
+        out.write(_strict_json(result, separators=(",", ":")) + "\n")
+        out.flush()
     return 1 if bad_json else 0
+
+
+def _read_request(path: str | None) -> bytes:
+    """The plan request's bytes, from a regular file or stdin, at most MAX_JSON_BYTES."""
+    if path is None:
+        data = sys.stdin.buffer.read(limits.MAX_JSON_BYTES + 1)
+    else:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{show(path)} is not a regular file")
+        with open(path, "rb") as fh:
+            data = fh.read(limits.MAX_JSON_BYTES + 1)
+    if len(data) > limits.MAX_JSON_BYTES:
+        raise ConfigError(f"the plan request is over {limits.MAX_JSON_BYTES:,} bytes; one request is a few hundred")
+    return data
 
 
 def cmd_plan(args) -> int:
     """One JSON request (stdin or --file) -> the ranked plans as JSON, or as text with --text."""
     from .scenario import plan_answer
     try:
-        text = open(args.file).read() if args.file else sys.stdin.read()
-        answer = plan_answer(json.loads(text))
-    except json.JSONDecodeError as exc:
-        print(f"error: the plan request is not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})", file=sys.stderr)
-        return 2
+        with _alarm(args.budget_s):
+            ans = plan_answer(loads(_read_request(args.file), "the plan request"))
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except _OverBudget:
+        print(f"error: planning took longer than its {args.budget_s:g} s budget; narrow the request (constraints on "
+              "tp, pp or mbs, fewer nodes) or raise --budget-s", file=sys.stderr)
+        return 2
+    except Exception as exc:                       # a bug: one clear line, not a traceback
+        print(f"error: internal error ({type(exc).__name__}: {show(str(exc), 200)}); please report the request",
+              file=sys.stderr)
+        return 2
     if not args.text:
-        print(json.dumps(answer, indent=1))
+        print(_strict_json(ans, indent=1))
         return 0
-    if answer["impossible"]:
-        print(answer["impossible"])
+    if ans["impossible"]:
+        print(ans["impossible"])
         return 1
     print(f"{'#':>2} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'GiB':>6}  layout")
-    for p in answer["plans"]:
+    for p in ans["plans"]:
         s = p["step"]
         print(f"{p['rank']:>2} {s['time_s']:>8.3f} {s['tokens_per_s_per_gpu']:>10.0f} {s['mfu']:>6.1%} "
               f"{p['memory']['total_gib']:>6.1f}  {p['label']}")
-    print(f"\nwhy: {answer['why']}\n\nrejected:")
-    for r in answer["rejected"]:
+    print(f"\nwhy: {ans['why']}\n\nrejected:")
+    for r in ans["rejected"]:
         print(f"  {r['label']}: {r['reason']}")
-    layout = answer["plans"][0]["parallel"]["framework"]
-    print(f"\n{answer['searched']} layouts scored in {answer['seconds']:.2f} s; MFU counts model FLOPs over "
+    layout = ans["plans"][0]["parallel"]["framework"]
+    print(f"\n{ans['searched']} layouts scored in {ans['seconds']:.2f} s; MFU counts model FLOPs over "
           f"the dense bf16 peak; memory in GiB on the most loaded GPU, in {layout}'s layout")
     if args.export:
-        p = answer["plans"][0]["exports"][args.export]
+        p = ans["plans"][0]["exports"][args.export]
         print(f"\n# plan 1 as {args.export}\n{p['text']}")
         for note in p["notes"]:
             print(f"# note: {note}")
@@ -76,9 +163,11 @@ def cmd_memory(args) -> int:
     from .memory import USABLE_FRACTION, estimate_memory
     try:
         if args.config:
-            with open(args.config) as fh:
-                from .hf_config import from_hf_config
-                model = from_hf_config(fh.read())
+            from .hf_config import from_hf_config
+            if not os.path.isfile(args.config):
+                raise ConfigError(f"--config {show(args.config)} is not a regular file")
+            with open(args.config, "rb") as fh:
+                model = from_hf_config(fh.read(limits.MAX_JSON_BYTES + 1))
         else:
             model = parse_model({"preset": args.model})
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
@@ -110,8 +199,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calculators", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("estimate", help="JSON Lines scenarios on stdin -> JSON Lines answers on stdout")
+    est = sub.add_parser("estimate", help="JSON Lines scenarios on stdin -> JSON Lines answers on stdout")
+    est.add_argument("--budget-s", type=float, default=10.0,
+                     help="wall-clock seconds one line may take before it is answered with an error (0: no limit)")
     pl = sub.add_parser("plan", help="the fastest layouts that fit (JSON request on stdin or --file)")
+    pl.add_argument("--budget-s", type=float, default=60.0,
+                    help="wall-clock seconds the search may take before it stops with an error (0: no limit)")
     pl.add_argument("--file", help="the request as a JSON file instead of stdin")
     pl.add_argument("--text", action="store_true", help="a table instead of JSON")
     pl.add_argument("--export", choices=("harness", "megatron", "torchtitan", "deepspeed"),

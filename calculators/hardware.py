@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import limits
 from .errors import ConfigError, require
+from .validate import check_fields, show
 
 
 @dataclass(frozen=True)
@@ -23,11 +25,7 @@ class GPUSpec:
     source: str = ""
 
     def __post_init__(self):
-        p: list[str] = []
-        for key in ("memory_gib", "bf16_tflops", "hbm_tbps"):
-            require(p, getattr(self, key) > 0, f"gpu.{key} must be positive (got {getattr(self, key)})")
-        require(p, self.fp8_tflops >= 0, f"gpu.fp8_tflops must be >= 0 (got {self.fp8_tflops})")
-        require(p, self.gpus_per_node >= 1, f"gpu.gpus_per_node must be >= 1 (got {self.gpus_per_node})")
+        p = check_fields(self, "hardware.gpu", limits.GPU, texts=("name",))
         if p:
             raise ConfigError(p)
 
@@ -65,10 +63,15 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
 
 def gpu_from_name(name: str) -> GPUSpec:
     for key, gpu in GPU_PRESETS.items():
-        if key.lower() == name.strip().lower():
+        if isinstance(name, str) and key.lower() == name.strip().lower():
             return gpu
-    raise ConfigError(f"unknown GPU preset {name!r}; choose one of: {', '.join(GPU_PRESETS)} "
+    raise ConfigError(f"unknown GPU preset {show(name)}; choose one of: {', '.join(GPU_PRESETS)} "
                       "or give an object with name, memory_gib, bf16_tflops, fp8_tflops, hbm_tbps")
+
+
+# A custom GPU object may leave out its network (shared/DESIGN.md): then it gets a DGX H100-class
+# node's, NVLink 4 (450 GB/s per GPU, one way) and one 400 Gb/s NIC per GPU (50 GB/s).
+DEFAULT_NETWORK = {"gpus_per_node": 8, "intra_node_gbps": 450.0, "inter_node_gbps": 50.0}
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,19 @@ class ClusterSpec:
     inter_node_gbps: float = 0.0  # 0: the GPU preset's
 
     def __post_init__(self):
+        p = check_fields(self, "hardware", limits.CLUSTER)
+        if not isinstance(self.gpu, GPUSpec):
+            p.append("hardware.gpu must be a GPU preset id or an object with name, memory_gib, bf16_tflops, "
+                     "fp8_tflops, hbm_tbps")
+        if p:
+            raise ConfigError(p)
+        # 0: the GPU's own figures; a custom GPU without them gets DEFAULT_NETWORK's (its source says whose)
         for key in ("gpus_per_node", "intra_node_gbps", "inter_node_gbps"):
             if not getattr(self, key):
-                object.__setattr__(self, key, getattr(self.gpu, key))
-        p: list[str] = []
-        require(p, self.nodes >= 1, f"hardware.nodes must be >= 1 (got {self.nodes})")
-        require(p, self.gpus_per_node >= 1, f"hardware.gpus_per_node must be >= 1 (got {self.gpus_per_node})")
-        require(p, self.intra_node_gbps > 0 and self.inter_node_gbps > 0,
-                "hardware.intra_node_gbps and inter_node_gbps must be positive")
+                object.__setattr__(self, key, getattr(self.gpu, key) or DEFAULT_NETWORK[key])
+        require(p, self.nodes * self.gpus_per_node <= limits.MAX_GPUS,
+                lambda: f"hardware: {self.nodes:,} nodes x {self.gpus_per_node} GPUs = "
+                        f"{self.nodes * self.gpus_per_node:,} GPUs; the limit is {limits.MAX_GPUS:,}")
         if p:
             raise ConfigError(p)
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from . import limits
 from .errors import ConfigError, require
+from .validate import check_fields, show
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,11 @@ class MoESpec:
     dense_layers: int = 0        # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     moe_every: int = 1           # every n-th layer after the dense ones is MoE (1: all)
 
+    def __post_init__(self):
+        p = check_fields(self, "model.moe", limits.MOE)
+        if p:
+            raise ConfigError(p)
+
 
 @dataclass(frozen=True)
 class MLASpec:
@@ -35,6 +42,11 @@ class MLASpec:
     qk_nope_dim: int
     qk_rope_dim: int
     v_head_dim: int
+
+    def __post_init__(self):
+        p = check_fields(self, "model.mla", limits.MLA)
+        if p:
+            raise ConfigError(p)
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,13 @@ class ModelSpec:
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
+        p = check_fields(self, "model", limits.MODEL, flags=("tied_embeddings", "bias", "qkv_bias", "qk_norm"),
+                         choices={"mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm")}, texts=("name",))
+        for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), cls):
+                p.append(f"model.{key} must be an object like {cls.__name__}'s fields (got {show(getattr(self, key))})")
+        if p:                                    # types first: the rules below do arithmetic on them
+            raise ConfigError(p)
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim == 0 and self.heads > 0:
@@ -87,16 +106,14 @@ class ModelSpec:
                 f"model.ffn must be positive (got {self.ffn})")
         require(p, self.heads > 0 and self.kv_heads > 0 and self.heads % self.kv_heads == 0,
                 f"model.heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (GQA groups)")
-        require(p, self.mlp in ("swiglu", "gelu"), f"model.mlp must be 'swiglu' or 'gelu' (got {self.mlp!r})")
-        require(p, self.norm in ("rmsnorm", "layernorm"), f"model.norm must be 'rmsnorm' or 'layernorm' (got {self.norm!r})")
         if self.moe is not None:
             e = self.moe
             require(p, e.experts >= 1 and 1 <= e.top_k <= e.experts,
-                    f"moe.top_k={e.top_k} must be between 1 and experts={e.experts}")
-            require(p, e.expert_ffn > 0, f"moe.expert_ffn must be positive (got {e.expert_ffn})")
+                    f"model.moe.top_k={e.top_k} must be between 1 and experts={e.experts}")
+            require(p, e.expert_ffn > 0, f"model.moe.expert_ffn must be positive (got {e.expert_ffn})")
             require(p, 0 <= e.dense_layers < self.layers,
-                    f"moe.dense_layers={e.dense_layers} must be below layers={self.layers}")
-            require(p, e.moe_every >= 1, f"moe.moe_every must be >= 1 (got {e.moe_every})")
+                    f"model.moe.dense_layers={e.dense_layers} must be below layers={self.layers}")
+            require(p, e.moe_every >= 1, f"model.moe.moe_every must be >= 1 (got {e.moe_every})")
         if p:
             raise ConfigError(p)
 

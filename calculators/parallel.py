@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from . import limits
 from .errors import ConfigError, require
+from .validate import check_fields, show, whole_list
 from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import ClusterSpec
 from .models import ModelSpec
@@ -53,35 +55,21 @@ class ParallelConfig:
             if isinstance(getattr(self, key), list):
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if self.etp == 0:
-            object.__setattr__(self, "etp", self.tp if isinstance(self.tp, int) else 1)
-        p: list[str] = []
-        for key in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq"):
-            v = getattr(self, key)
-            require(p, isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                    lambda: f"parallel.{key} must be an integer >= 1 (got {v!r})")
-        require(p, self.zero in ZERO_STAGES, lambda: f"parallel.zero must be 0, 1, 2 or 3 (got {self.zero!r})")
-        require(p, self.recompute in RECOMPUTE,
-                lambda: f"parallel.recompute must be one of {RECOMPUTE} (got {self.recompute!r})")
-        require(p, self.precision in PRECISIONS,
-                lambda: f"parallel.precision must be 'bf16' or 'fp8' (got {self.precision!r})")
-        require(p, self.schedule in SCHEDULES,
-                lambda: f"parallel.schedule must be one of {SCHEDULES} (got {self.schedule!r})")
-        require(p, isinstance(self.split, tuple) and _layer_counts(self.split),
-                lambda: f"parallel.split must list the layers of each pipeline stage, each >= 1 (got {self.split!r})")
-        modes_ok = isinstance(self.recompute_ranks, tuple) and _recompute_modes(self.recompute_ranks)
+            object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
+        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash"),
+                         choices={"recompute": RECOMPUTE, "precision": PRECISIONS, "schedule": SCHEDULES,
+                                  "framework": FRAMEWORKS, "dispatcher": DISPATCHERS})
+        if self.split:
+            whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 1, limits.MAX_LAYERS)
+        modes_ok = isinstance(self.recompute_ranks, tuple) and len(self.recompute_ranks) <= limits.MAX_LAYERS \
+            and _recompute_modes(self.recompute_ranks)
         require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank "
-                                     f"(got {self.recompute_ranks!r})")
-        if modes_ok and self.recompute_ranks:
+                                     f"(got {show(self.recompute_ranks)})")
+        if modes_ok and self.recompute_ranks and self.recompute in RECOMPUTE:
             most = max(self.recompute_ranks, key=RECOMPUTE.index)
             require(p, self.recompute == most,
                     lambda: f"parallel.recompute must be the most recompute of recompute_ranks ({most!r}), "
                             "the one a framework that applies one setting everywhere would use")
-        require(p, isinstance(self.tp_overlap, bool),
-                lambda: f"parallel.tp_overlap must be true or false (got {self.tp_overlap!r})")
-        require(p, self.dispatcher in DISPATCHERS,
-                lambda: f"parallel.dispatcher must be one of {DISPATCHERS} (got {self.dispatcher!r})")
-        require(p, self.framework in FRAMEWORKS,
-                lambda: f"parallel.framework must be one of {FRAMEWORKS} (got {self.framework!r})")
         if p:
             raise ConfigError(p)
 
@@ -120,17 +108,8 @@ def derive(par: ParallelConfig, **changes) -> ParallelConfig:
     return new
 
 
-def _layer_counts(split: tuple) -> bool:
-    """Every entry a whole layer count >= 1 (bool is not a count). Checked in C: the planner
-    builds thousands of layouts whose splits have up to 64 stages."""
-    return not split or (set(map(type, split)) == {int} and min(split) >= 1)
-
-
 def _recompute_modes(modes: tuple) -> bool:
-    try:
-        return set(modes) <= set(RECOMPUTE)
-    except TypeError:                     # an unhashable entry is not a mode either
-        return False
+    return all(type(mode) is str and mode in RECOMPUTE for mode in modes)
 
 
 def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> list[str]:

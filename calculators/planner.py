@@ -25,13 +25,15 @@ import bisect
 import time
 from dataclasses import replace
 
+from . import limits
 from .errors import ConfigError
+from .validate import check_fields
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
 from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import ClusterSpec
 from .memory import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from .models import ModelSpec
-from .parallel import FRAMEWORKS, RECOMPUTE, ParallelConfig, derive, virtual_split
+from .parallel import RECOMPUTE, ParallelConfig, derive, virtual_split
 from .profiles import HardwareProfile, default_profile
 from .space import space, structures
 from .split import balance_split
@@ -78,6 +80,7 @@ class _Search:
         """`par`'s closed-form time; one that fits joins the leaders (once, however often asked,
         and also when its time was first asked for as a bound)."""
         if par not in self.times:
+            limits.check_time()          # the request's time budget (limits.time_budget), when it has one
             self.count += 1
             self.times[par] = self.closed_time(par)
         t = self.times[par]
@@ -269,13 +272,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
     """Ranked layouts that fit, fastest first, with the rejected ones that came closest."""
     t0 = time.perf_counter()
     constraints = dict(constraints or {})
-    top = int(constraints.pop("top", top))
-    framework = constraints.get("framework", "megatron")
-    if framework not in FRAMEWORKS:
-        raise ConfigError(f"plan constraints: framework must be one of {FRAMEWORKS} (got {framework!r})")
-    for key, value in (("seq", seq), ("gbs", gbs), ("top", top)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"plan: {key} must be an integer >= 1 (got {value!r})")
+    top = constraints.pop("top", top)
+    problems = check_fields({"seq": seq, "gbs": gbs, "top": top}, "plan", limits.PLAN)
+    if problems:
+        raise ConfigError(problems)
     search = _Search(model, cluster, profile or default_profile(cluster.gpu.name), seq, gbs, constraints)
     search.run()
     chosen = finalists([par for _, par in sorted(search.scored, key=lambda x: x[0])], max(3 * top, FINALISTS))
@@ -343,8 +343,11 @@ def _impossible(search) -> tuple[str, int]:
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
     closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
     text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
-    counts = _node_counts(cluster.nodes)
+    counts = _node_counts(cluster.nodes, cluster.gpus_per_node)
+    if not counts:
+        return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0
     for nodes in counts:
+        limits.check_time()
         bigger = replace(cluster, nodes=nodes)
         fit = _Search(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
         if fit is not None:
@@ -353,9 +356,12 @@ def _impossible(search) -> tuple[str, int]:
     return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0
 
 
-def _node_counts(start: int) -> list[int]:
-    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps."""
+def _node_counts(start: int, gpus_per_node: int) -> list[int]:
+    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps, up
+    to the limits on nodes and GPUs (limits.py)."""
+    top = min(limits.CLUSTER["nodes"][1], limits.MAX_GPUS // gpus_per_node)
     counts = list(range(start + 1, start + 17))
-    while counts[-1] < 65_536:
+    while counts[-1] < top:
         counts.append(int(counts[-1] * 1.25) + 1)
-    return counts
+    counts = [n for n in counts if n <= top]
+    return counts + [top] if top > start and (not counts or counts[-1] < top) else counts

@@ -5,6 +5,7 @@ Every entry is tested (tests/calculators/test_models.py) against its published p
 from __future__ import annotations
 
 from .errors import ConfigError
+from .validate import show
 from .models import MLASpec, ModelSpec, MoESpec
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -63,7 +64,7 @@ MODEL_PRESETS: tuple[str, ...] = tuple(_MODELS)
 
 def model_from_name(name: str) -> ModelSpec:
     """The preset `name` as a ModelSpec (gpt-fast style `from_name`)."""
-    key = name.strip().lower()
+    key = name.strip().lower() if isinstance(name, str) else None
     if key not in _MODELS:
-        raise ConfigError(f"unknown model preset {name!r}; choose one of: {', '.join(MODEL_PRESETS)}")
+        raise ConfigError(f"unknown model preset {show(name)}; choose one of: {', '.join(MODEL_PRESETS)}")
     return ModelSpec(name=key, **_MODELS[key])

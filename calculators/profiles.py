@@ -47,6 +47,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from .errors import ConfigError
+from .limits import MAX_JSON_BYTES
+from .validate import check_fields, loads, number, show
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
 TIERS = ("intra", "inter")
@@ -69,6 +71,37 @@ _H100_EFFICIENCY = {
 }
 
 
+# The knobs' bounds: fractions of a peak may exceed 1 a little (NVLink SHARP all-reduce reaches
+# 1.02 of the link), never 0; times and sizes are non-negative.
+KNOB_LIMITS = {"gemm_fraction": (1e-3, 1.5), "gemm_half_dim": (0.0, 1e5), "fp8_gemm_fraction": (1e-3, 1.5),
+               "attention_fraction": (1e-3, 1.5), "hbm_fraction": (1e-3, 1.5), "kernel_us": (0.0, 1e5),
+               "host_ms_per_layer": (0.0, 1000.0), "fabric_gbps": (0.0, 1e6)}
+OVERLAP_KINDS = ("dp", "zero3", "tp", "cp", "ep", "pp")
+# the nested tables: name -> (keys per level, (lowest, highest) of each value)
+_TABLES = {"latency_us": ((TIERS,), (0.0, 1e6)), "overlap": ((OVERLAP_KINDS,), (0.0, 1.0)),
+           "efficiency": ((TIERS, COLLECTIVES + ("ep_dispatch",)), (1e-3, 1.5))}
+
+
+def _table(p: list, kind: str, value) -> None:
+    """Problems of one of the profile's nested tables: every key there, every value in bounds."""
+    levels, (lo, hi) = _TABLES[kind]
+
+    def walk(where, got, depth):
+        want = levels[depth]
+        if not isinstance(got, dict):
+            p.append(f"{where} must be an object with keys {', '.join(want)} (got {show(got)})")
+            return
+        missing = [k for k in want if k not in got]
+        if missing:
+            p.append(f"{where} lacks {', '.join(missing)}")
+        for key in (k for k in want if k in got):
+            if depth + 1 < len(levels):
+                walk(f"{where}.{key}", got[key], depth + 1)
+            else:
+                number(p, f"{where}.{key}", got[key], lo, hi)
+    walk(f"profile.{kind}", value, 0)
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     name: str = "default"
@@ -87,24 +120,11 @@ class HardwareProfile:
                                                    "ep": 0.0, "pp": 0.0})
 
     def __post_init__(self):
-        p = []
-        for key in ("gemm_fraction", "fp8_gemm_fraction", "attention_fraction", "hbm_fraction"):
-            v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and 0 < v <= 1.5):
-                p.append(f"profile.{key} must be a fraction in (0, 1.5] (got {v!r})")
-        if not (isinstance(self.host_ms_per_layer, (int, float)) and 0 <= self.host_ms_per_layer <= 1000):
-            p.append(f"profile.host_ms_per_layer must be in [0, 1000] ms (got {self.host_ms_per_layer!r})")
-        for tier in TIERS:
-            eff = self.efficiency.get(tier, {})
-            missing = [op for op in COLLECTIVES + ("ep_dispatch",) if op not in eff]
-            if missing:
-                p.append(f"profile.efficiency.{tier} lacks {', '.join(missing)}")
-            if tier not in self.latency_us:
-                p.append(f"profile.latency_us lacks {tier!r}")
-        for kind in ("dp", "zero3", "tp", "cp", "ep", "pp"):
-            v = self.overlap.get(kind)
-            if not (isinstance(v, (int, float)) and 0 <= v <= 1):
-                p.append(f"profile.overlap.{kind} must be in [0, 1] (got {v!r})")
+        p = check_fields(self, "profile", KNOB_LIMITS, texts=("name",))
+        if not isinstance(self.source, str) or len(self.source) > 4000:
+            p.append(f"profile.source must be a string of at most 4,000 characters (got {show(self.source)})")
+        for kind in _TABLES:
+            _table(p, kind, getattr(self, kind))
         if p:
             raise ConfigError(p)
 
@@ -116,7 +136,7 @@ def _merge(base: dict, over: dict, where: str) -> dict:
     out = dict(base)
     for key, value in over.items():
         if key not in base:
-            raise ConfigError(f"{where} has unknown key {key!r}; known: {', '.join(sorted(base))}")
+            raise ConfigError(f"{where} has unknown key {show(key)}; known: {', '.join(sorted(base))}")
         out[key] = _merge(base[key], value, f"{where}.{key}") if isinstance(base[key], dict) and \
             isinstance(value, dict) else value
     return out
@@ -132,13 +152,20 @@ def profile_from_dict(data: dict, base: HardwareProfile | None = None) -> Hardwa
 
 
 def load_profile(path: str | Path) -> HardwareProfile:
+    """A profile from a JSON file (a regular file of at most MAX_JSON_BYTES)."""
+    if "\x00" in str(path) or len(str(path)) > 4096:
+        raise ConfigError(f"profile file {show(str(path))} is not a file name")
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"profile file {str(path)!r} not found") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"profile file {str(path)!r} is not valid JSON: {exc}") from None
-    return profile_from_dict(data)
+        if not path.is_file():
+            raise ConfigError(f"profile file {show(str(path))} " + ("is not a regular file" if path.exists() else
+                                                                    "not found"))
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ConfigError(f"profile file {show(str(path))} is over {MAX_JSON_BYTES:,} bytes")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"profile file {show(str(path))} cannot be read ({exc.strerror})") from None
+    return profile_from_dict(loads(data, f"profile file {show(str(path))}"))
 
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> None:

@@ -16,6 +16,7 @@ import json
 from dataclasses import MISSING, fields
 from functools import lru_cache
 
+from . import limits
 from .errors import ConfigError
 from .hardware import ClusterSpec, GPUSpec, gpu_from_name
 from .hf_config import from_hf_config
@@ -25,15 +26,18 @@ from .parallel import ParallelConfig
 from .presets import model_from_name
 from .profiles import PROFILES, HardwareProfile, default_profile, load_profile, profile_from_dict
 from .step import estimate_step
+from .validate import check_fields, loads, show
 
 
 def _build(cls, data: dict, where: str, skip=()):
+    """`cls` from a JSON object, naming unknown and missing keys; the values are checked by the
+    class itself (validate.check_fields in its __post_init__)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where} must be a JSON object")
+        raise ConfigError(f"{where} must be a JSON object (got {show(data)})")
     names = {f.name for f in fields(cls)} - set(skip)
-    unknown = sorted(set(data) - names)
+    unknown = sorted(map(str, set(data) - names))
     if unknown:
-        raise ConfigError(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}; "
+        raise ConfigError(f"{where} has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
                           f"known: {', '.join(sorted(names))}")
     missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
                and f.name not in data]
@@ -48,8 +52,10 @@ def _model_cached(text: str) -> ModelSpec:
     if "preset" in data:
         if len(data) > 1:
             raise ConfigError("model: give either {'preset': name} or the shape, not both")
-        return model_from_name(str(data["preset"]))
+        return model_from_name(data["preset"])
     if "hf_config" in data:
+        if len(data) > 1:
+            raise ConfigError("model: give either {'hf_config': {...}} or the shape, not both")
         return from_hf_config(data["hf_config"])
     data = dict(data)
     for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
@@ -62,13 +68,15 @@ def parse_model(data) -> ModelSpec:
     if isinstance(data, str):
         return model_from_name(data)
     if not isinstance(data, dict):
-        raise ConfigError("model must be an object: {'preset': name}, {'hf_config': {...}} or the shape")
+        raise ConfigError(f"model must be an object: {{'preset': name}}, {{'hf_config': {{...}}}} or the shape "
+                          f"(got {show(data)})")
     return _model_cached(json.dumps(data, sort_keys=True))
 
 
 def parse_hardware(data) -> ClusterSpec:
     if not isinstance(data, dict):
-        raise ConfigError("hardware must be an object like {'gpu': 'H100-80GB', 'nodes': 1, 'gpus_per_node': 8}")
+        raise ConfigError("hardware must be an object like {'gpu': 'H100-80GB', 'nodes': 1, 'gpus_per_node': 8} "
+                          f"(got {show(data)})")
     data = dict(data)
     data.pop("profile", None)
     gpu = data.pop("gpu", "H100-80GB")
@@ -89,7 +97,8 @@ def parse_profile(hardware, cluster: ClusterSpec) -> HardwareProfile:
         return _profile_cached(json.dumps(spec, sort_keys=True), cluster.gpu.name)
     if isinstance(spec, str):
         return PROFILES[spec] if spec in PROFILES else load_profile(spec)
-    raise ConfigError("hardware.profile must be a profile name, a JSON file path, or an object of overrides")
+    raise ConfigError(f"hardware.profile must be a profile name, a JSON file path, or an object of overrides "
+                      f"(got {show(spec)})")
 
 
 @lru_cache(maxsize=64)
@@ -99,10 +108,11 @@ def _profile_cached(text: str, gpu_name: str) -> HardwareProfile:
 
 def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
     if not isinstance(scenario, dict):
-        raise ConfigError("a scenario must be a JSON object with model, hardware and parallel")
+        raise ConfigError(f"a scenario must be a JSON object with model, hardware and parallel (got {show(scenario)})")
     unknown = sorted(set(scenario) - {"model", "hardware", "parallel"})
     if unknown:
-        raise ConfigError(f"scenario has unknown key(s) {', '.join(map(repr, unknown))}; use model, hardware, parallel")
+        raise ConfigError(f"scenario has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+                          "use model, hardware, parallel")
     if "model" not in scenario:
         raise ConfigError("scenario lacks 'model' (a preset like {'preset': 'llama3-8b'} or a shape)")
     return (parse_model(scenario["model"]), parse_hardware(scenario.get("hardware", {})),
@@ -127,19 +137,24 @@ def plan_answer(request: dict) -> dict:
     from .export import FORMATS, export
     from .planner import plan
     if not isinstance(request, dict):
-        raise ConfigError("a plan request must be a JSON object with model, hardware, seq and gbs")
-    unknown = sorted(set(request) - PLAN_KEYS)
+        raise ConfigError("a plan request must be a JSON object with model, hardware, seq and gbs "
+                          f"(got {show(request)})")
+    unknown = sorted(map(str, set(request) - PLAN_KEYS))
     if unknown:
-        raise ConfigError(f"plan request has unknown key(s) {', '.join(map(repr, unknown))}; "
+        raise ConfigError(f"plan request has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
                           f"use {', '.join(sorted(PLAN_KEYS))}")
     missing = [k for k in ("model", "seq", "gbs") if k not in request]
     if missing:
         raise ConfigError(f"plan request lacks {', '.join(missing)}")
+    problems = check_fields({"top": 5, **request}, "plan", limits.PLAN)
+    if problems:
+        raise ConfigError(problems)
     model, cluster = parse_model(request["model"]), parse_hardware(request.get("hardware", {}))
     profile = parse_profile(request.get("hardware"), cluster)
-    constraints = request.get("constraints") or {}
+    constraints = request.get("constraints", {})
     if not isinstance(constraints, dict):
-        raise ConfigError("plan constraints must be an object, e.g. {'tp': [4, 8], 'recompute': 'none'}")
+        raise ConfigError("plan constraints must be an object, e.g. {'tp': [4, 8], 'recompute': 'none'} "
+                          f"(got {show(constraints)})")
     result = plan(model, cluster, request["seq"], request["gbs"], constraints, profile, top=request.get("top", 5))
     ref = request["model"].get("preset", "") if isinstance(request["model"], dict) else str(request["model"])
     plans = []
@@ -157,13 +172,25 @@ def plan_answer(request: dict) -> dict:
             "min_gpus": result.min_gpus}
 
 
-def evaluate_line(line: str) -> dict:
-    """One JSON Lines scenario -> its answer, or {"error": message}. Raises only on invalid JSON."""
-    scenario = json.loads(line)
+def answer(scenario) -> dict:
+    """`evaluate`'s answer, or {"error": message}, whatever the scenario holds: bad input is the
+    message ConfigError gives; anything else is a bug, reported as one on this scenario alone."""
     try:
         return evaluate(scenario)
     except ConfigError as exc:
         return {"error": str(exc)}
-    except (TypeError, ValueError, KeyError, OverflowError, ZeroDivisionError) as exc:
-        # A value of the wrong type deep inside (a string where a number goes): still one line.
-        return {"error": f"invalid value: {exc}; check the types of the scenario's fields"}
+    except RecursionError:
+        return {"error": "the scenario is nested too deeply to evaluate"}
+    except Exception as exc:                       # a bug: still this scenario's answer, never the end of a stream
+        return {"error": f"internal error ({type(exc).__name__}: {show(str(exc), 200)}) evaluating this scenario; "
+                         "please report it with the scenario"}
+
+
+def evaluate_line(line, what: str = "the scenario") -> dict:
+    """One JSON Lines scenario (text or UTF-8 bytes) -> `answer`'s answer. A line that is not
+    JSON, not UTF-8 or over the size limit is that line's error too; this never raises."""
+    try:
+        scenario = loads(line, what)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    return answer(scenario)

@@ -7,7 +7,9 @@ from .errors import ConfigError
 from .frameworks import LIMITS
 from .hardware import ClusterSpec
 from .models import ModelSpec
-from .parallel import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from .limits import PARALLEL, PLAN
+from .parallel import DISPATCHERS, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES
+from .validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "dispatcher")
@@ -21,10 +23,20 @@ def _divisors(n: int) -> list[int]:
 
 def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -> dict:
     """Allowed values per knob: the defaults, narrowed by `constraints` (a value or a list)."""
-    unknown = sorted(set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"})
+    unknown = sorted(map(str, set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"}))
     if unknown:
-        raise ConfigError(f"plan constraints: unknown key(s) {', '.join(map(repr, unknown))}; "
+        raise ConfigError(f"plan constraints: unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
                           f"known: {', '.join(KNOBS)}, framework, tp_across_nodes, uneven_split, top")
+    problems = []
+    for key in ("tp_across_nodes", "uneven_split"):
+        if key in constraints:
+            flag(problems, f"plan constraints: {key}", constraints[key])
+    if "framework" in constraints:
+        choice(problems, "plan constraints: framework", constraints["framework"], FRAMEWORKS)
+    if "top" in constraints:
+        integer(problems, "plan constraints: top", constraints["top"], *PLAN["top"])
+    if problems:
+        raise ConfigError(problems)
     world, gpn = cluster.world, cluster.gpus_per_node
     tp_cap = world if constraints.get("tp_across_nodes") else gpn
     sp = {
@@ -53,22 +65,19 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             sp[knob] = list(v) if isinstance(v, (list, tuple)) else [v]
             if not sp[knob]:
                 raise ConfigError(f"plan constraints: {knob} allows no value")
-    for knob, low in (("tp", 1), ("cp", 1), ("ep", 1), ("etp", 0), ("pp", 1), ("vpp", 1), ("mbs", 1)):
-        wrong = [v for v in sp[knob] if not (isinstance(v, int) and not isinstance(v, bool) and v >= low)]
-        if wrong:
-            raise ConfigError(f"plan constraints: {knob} must be whole numbers >= {low} (got {wrong})")
-    wrong = [z for z in sp["zero"] if z not in ZERO_STAGES or isinstance(z, bool)] + \
-        [x for x in sp["precision"] if x not in PRECISIONS]
-    if wrong:
-        raise ConfigError(f"plan constraints: unknown zero/precision {wrong}; zero {list(ZERO_STAGES)}, "
-                          f"precision {list(PRECISIONS)}")
-    bad = [s for s in sp["schedule"] if s not in SCHEDULES] + \
-        [r for r in sp["recompute"] if r not in RECOMPUTE] + \
-        [v for v in sp["tp_overlap"] if not isinstance(v, bool)] + \
-        [d for d in sp["dispatcher"] if d not in DISPATCHERS]
-    if bad:
-        raise ConfigError(f"plan constraints: unknown schedule/recompute/tp_overlap/dispatcher {bad}; schedules "
-                          f"{SCHEDULES}, recompute {RECOMPUTE}, tp_overlap true or false, dispatcher {DISPATCHERS}")
+            if len(sp[knob]) > 64:
+                raise ConfigError(f"plan constraints: {knob} lists {len(sp[knob]):,} values; the limit is 64")
+    for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero"):
+        for v in sp[knob]:
+            integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
+    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("recompute", RECOMPUTE),
+                          ("dispatcher", DISPATCHERS)):
+        for v in sp[knob]:
+            choice(problems, f"plan constraints: {knob}", v, options)
+    for v in sp["tp_overlap"]:
+        flag(problems, "plan constraints: tp_overlap", v)
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
     framework = constraints.get("framework", "megatron")
     for knob, runs in LIMITS.get(framework, {}).items():
         outside = [v for v in sp[knob] if v not in runs]

@@ -48,7 +48,7 @@ def test_contract_example_and_errors_keep_their_lines():
 def test_not_json_lines_exits_nonzero_but_answers_the_rest():
     out = run_cli("estimate", stdin='{"model": {"preset": "llama3-8b"}, "parallel": {"dp": 8, "gbs": 8}}\nnot json\n')
     answers = [json.loads(x) for x in out.stdout.splitlines()]
-    assert out.returncode == 1 and "memory" in answers[0] and "line 2 is not JSON" in answers[1]["error"]
+    assert out.returncode == 1 and "memory" in answers[0] and "line 2 is not valid JSON" in answers[1]["error"]
 
 
 def test_twenty_thousand_scenarios_in_under_twenty_seconds():

@@ -148,9 +148,11 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
     nothing = plan(model, cluster, 4096, 128, {"tp": 3})
     assert not nothing.plans and "does not divide the 16 GPUs" in nothing.impossible and nothing.min_gpus == 0
     # values of the wrong kind are named before the search (vpp 0 and tp "x" used to crash it)
-    for bad, says in (({"vpp": [0]}, r"vpp must be whole numbers >= 1 \(got \[0\]\)"),
-                      ({"tp": "x"}, r"tp must be whole numbers"), ({"mbs": True}, "mbs must be whole numbers"),
-                      ({"zero": 5}, r"unknown zero/precision \[5\]"), ({"precision": "fp4"}, "fp4")):
+    for bad, says in (({"vpp": [0]}, r"vpp must be from 1 to 1,024 \(got 0\)"),
+                      ({"tp": "x"}, r"tp must be a whole number"), ({"mbs": True}, "mbs must be a whole number"),
+                      ({"zero": 5}, r"zero must be from 0 to 3 \(got 5\)"), ({"precision": "fp4"}, "fp4"),
+                      ({"tp_across_nodes": "false"}, "tp_across_nodes must be true or false"),
+                      ({"top": "x"}, "top must be a whole number"), ({"mbs": list(range(1, 100))}, "limit is 64")):
         with pytest.raises(ConfigError, match=says):
             plan(model, cluster, 4096, 128, bad)
 
