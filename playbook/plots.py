@@ -13,6 +13,8 @@ import json
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from playbook import escape
+
 ROLES = [("weights_gib", "weights"), ("grads_gib", "gradients"), ("master_gib", "fp32 master"),
          ("optimizer_gib", "Adam moments"), ("activations_gib", "activations"), ("other_gib", "buffers")]
 HIDDEN = "/"
@@ -52,10 +54,10 @@ def _figure(data: list, title: str, x: str = "", y: str = "", height: int = 420,
         where = (dict(x=1, xref="paper", y=at, xanchor="right", yanchor="bottom") if axis == "h"
                  else dict(x=at, y=1, yref="paper", xanchor="left", yanchor="top"))
         notes.append(dict(text=label, showarrow=False, **where))
-    base = dict(title=dict(text=title), height=height, margin=dict(l=55, r=20, t=60, b=45),
+    base = dict(title=dict(text=escape.plot(title)), height=height, margin=dict(l=55, r=20, t=60, b=45),
                 legend=dict(orientation="h", y=-0.2), shapes=shapes, annotations=notes)
     for axis, text in (("xaxis", x), ("yaxis", y)):
-        base[axis] = {"title": {"text": text}, **layout.pop(axis, {})}
+        base[axis] = {"title": {"text": escape.plot(text)}, **layout.pop(axis, {})}
     return Figure(data=data, layout={**base, **layout, "template": _template()})
 
 

@@ -1,23 +1,31 @@
 """Every setting in the URL: `?chapter=pipeline&schedule_6.m=16` opens the pipeline chapter with
 that widget's m at 16. Widgets write the settings that differ from their chapter's defaults
 (window.pbUrl, called by each widget's event); on page load `apply` reads the query and sets the
-tab and the controls, which redraw the widgets. A value that does not parse or is not one of a
-control's choices is ignored (the default stays), never an error.
+tab and the controls, which redraw the widgets. A value that does not parse, is longer than
+MAX_VALUE characters or is not one the control offers is skipped, alone (the default stays, the
+link's other settings apply), never an error. Long values (a pasted config.json) never go into
+the link: a link is for settings, and servers refuse URLs of tens of KB.
 """
 from __future__ import annotations
 
 import gradio as gr
 
 from playbook.values import coerce
+from playbook.widgets import NOT_IN_LINK, control_problem
+
+MAX_VALUE = 200                  # characters of one setting in the link
 
 HEAD = """<script>
+window.pbMaxValue = MAX_VALUE;
 window.pbApplied = false;
 window.pbUrl = (wid, keys, defaults, vals) => {
   const u = new URL(window.location.href);
   keys.forEach((k, i) => {
     const name = wid + "." + k, v = vals[i];
-    if (v !== null && v !== undefined && String(v) !== String(defaults[i])) u.searchParams.set(name, String(v));
-    else if (window.pbApplied) u.searchParams.delete(name);
+    const text = (v === null || v === undefined) ? null : String(v);
+    const fits = text !== null && text.length <= window.pbMaxValue;
+    if (fits && text !== String(defaults[i])) u.searchParams.set(name, text);
+    else if (window.pbApplied || (text !== null && !fits)) u.searchParams.delete(name);
   });
   window.history.replaceState(null, "", u);
   return vals;
@@ -28,33 +36,24 @@ window.pbChapter = (slug) => {
   u.searchParams.set("chapter", slug);
   window.history.replaceState(null, "", u);
 };
-</script>"""
-
-
-def _valid(component, value) -> bool:
-    choices = getattr(component, "choices", None)
-    if choices:
-        return value in [c[1] if isinstance(c, (tuple, list)) else c for c in choices]
-    lo, hi = getattr(component, "minimum", None), getattr(component, "maximum", None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (lo is None or value >= lo) and (hi is None or value <= hi)
-    return True
+</script>""".replace("MAX_VALUE", str(MAX_VALUE))
 
 
 def values_from_query(query: dict, widgets, slugs) -> tuple[str | None, dict]:
-    """(chapter slug or None, {(wid, key): value}) of the query's valid settings."""
+    """(chapter slug or None, {(wid, key): value}) of the query's valid settings; each invalid one
+    is skipped on its own."""
     chapter = query.get("chapter") if query.get("chapter") in slugs else None
     settings = {}
     for w in widgets:
         for key, comp in w.controls.items():
             raw = query.get(f"{w.wid}.{key}")
-            if raw is None:
+            if raw is None or len(raw) > MAX_VALUE or key in NOT_IN_LINK:
                 continue
             try:
                 value = coerce(raw, w.defaults[key])
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
-            if _valid(comp, value):
+            if not control_problem(comp, value):
                 settings[(w.wid, key)] = value
     return chapter, settings
 

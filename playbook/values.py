@@ -1,47 +1,126 @@
 """Setting values shared by widgets and the prose's numbers (no Gradio here): a chapter or URL
-parameter coerced to its control's type, and scenario settings parsed into calculator objects."""
+parameter coerced to its control's type, and scenario settings parsed into calculator objects.
+
+Every value here may come from a visitor (a control moved, a value sent to the API, a link), so
+each is checked strictly: "8.5" is not a layer count, "maybe" is not a boolean, inf is not a
+number; the calculators then check sizes against their stated limits (calculators/limits.py).
+"""
 from __future__ import annotations
 
+import math
+
 from calculators.errors import ConfigError
+from calculators.limits import MAX_GPUS
 from calculators.hf_config import from_hf_config
 from calculators.scenario import parse_hardware, parse_model, parse_parallel
+from calculators.validate import show
+
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+MAX_CONFIG_CHARS = 262_144       # a pasted config.json (real ones are 1 to 10 KB)
+GPUS_PER_NODE = 8                # the node a layout is placed on when the cluster follows it
 
 
 def coerce(value, default):
-    """A chapter parameter (a string) as the type of the control's default."""
+    """A chapter or URL parameter (a string) as the type of the control's default; ValueError
+    when it is not one (the URL state then keeps the default)."""
     if isinstance(default, bool):
-        return str(value).lower() in ("1", "true", "yes", "on")
+        text = str(value).strip().lower()
+        if text not in TRUE + FALSE:
+            raise ValueError(f"{show(value)} is not true or false")
+        return text in TRUE
     if isinstance(default, int):
-        return int(float(value))
+        number = float(value)
+        if not math.isfinite(number) or number != int(number) or abs(number) > 2**53:
+            raise ValueError(f"{show(value)} is not a whole number")
+        return int(number)
     if isinstance(default, float):
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"{show(value)} is not a finite number")
+        return number
     return str(value)
 
 
+def whole(values: dict, key: str) -> int:
+    """values[key] as a whole number (a control may send 8 or 8.0, never 8.5, "8" or true)."""
+    value = values[key]
+    if type(value) is float and math.isfinite(value) and value == int(value):
+        value = int(value)
+    if type(value) is not int:
+        raise ConfigError(f"{key} must be a whole number (got {show(value)})")
+    return value
+
+
+def flag(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
+    raise ConfigError(f"expected true or false (got {show(value)})")
+
+
+def model_from(values: dict):
+    """The pasted config.json if there is one (size-capped), else the preset."""
+    text = values.get("config") or ""
+    if not isinstance(text, str):
+        raise ConfigError("the pasted config.json must be text")
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(f"the pasted config.json is {len(text):,} characters; the limit is {MAX_CONFIG_CHARS:,} "
+                          "(a model's config.json is a few KB: paste that file, not the weights' index)")
+    text = text.strip()
+    return from_hf_config(text) if text else parse_model({"preset": values.get("model", "llama3-8b")})
+
+
+def cluster_shape(world: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) for a layout of `world` GPUs on 8-GPU nodes: whole nodes when 8
+    divides it, else the largest divisor of `world` up to 8 per node (12 GPUs: 2 nodes of 6, as a
+    job that uses 6 GPUs of each of two nodes)."""
+    gpn = max(k for k in range(1, GPUS_PER_NODE + 1) if world % k == 0)
+    return world // gpn, gpn
+
+
 def scenario_from(values: dict):
-    """(model, cluster, parallel) from scenario control values; raises ConfigError."""
-    text = (values.get("config") or "").strip()
-    model = from_hf_config(text) if text else parse_model({"preset": values.get("model", "llama3-8b")})
-    if "nodes" in values:
-        nodes, gpn = int(values["nodes"]), int(values.get("gpn", 8))
-    else:                                   # the cluster is what the layout needs, on 8-GPU nodes
-        world = 1
-        for k in ("dp", "tp", "pp", "cp"):
-            world *= int(values.get(k, 1))
-        if world > 8 and world % 8:
-            raise ConfigError(f"dp*tp*pp*cp = {world} GPUs does not fill 8-GPU nodes; make it a multiple of 8")
-        nodes, gpn = max(1, world // 8), min(8, world)
+    """(model, cluster, parallel) from scenario control values; raises ConfigError.
+
+    `fit` says which of cluster and layout a widget's reader moves (widgets.scenario_controls):
+    - "dp": the cluster is `nodes` x `gpn` and dp is what it leaves, GPUs / (tp*pp*cp), so every
+      cluster the controls offer can be evaluated;
+    - "cluster": the cluster follows the layout, dp*tp*pp*cp GPUs (`cluster_shape`);
+    - absent (the prose's numbers, direct calls): `nodes` given means both are given and must
+      agree; no `nodes`, the cluster follows.
+    `batch` "follows": gbs is the nearest multiple of dp*mbs to the given gbs (a widget that does
+    not show the batch keeps it valid as dp and mbs move)."""
+    model = model_from(values)
+    fit = values.get("fit") or ("given" if "nodes" in values else "cluster")
+    sizes = {k: whole(values, k) for k in ("tp", "pp", "cp") if k in values}
+    split = sizes.get("tp", 1) * sizes.get("pp", 1) * sizes.get("cp", 1)
+    if split < 1:
+        raise ConfigError(f"tp, pp and cp must be at least 1 (got {sizes})")
+    if fit == "cluster":
+        if "dp" in values:
+            sizes["dp"] = whole(values, "dp")
+        world = sizes.get("dp", 1) * split
+        if not 1 <= world <= MAX_GPUS:
+            raise ConfigError(f"dp*tp*pp*cp = {world:,} GPUs; it must be from 1 to {MAX_GPUS:,}")
+        nodes, gpn = cluster_shape(world)
+    else:
+        nodes, gpn = whole(values, "nodes"), whole(values, "gpn") if "gpn" in values else GPUS_PER_NODE
     cluster = parse_hardware({"gpu": values.get("gpu", "H100-80GB"), "nodes": nodes, "gpus_per_node": gpn})
-    keys = ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq")
-    par = {k: int(values[k]) for k in keys if k in values}
+    if fit == "dp":
+        if cluster.world % split:
+            raise ConfigError(f"tp*pp*cp = {split} must divide the {nodes} x {gpn} = {cluster.world} GPUs; change "
+                              "tp, pp, cp or the nodes")
+        sizes["dp"] = cluster.world // split
+    elif fit == "given" and "dp" in values:
+        sizes["dp"] = whole(values, "dp")
+    par = {**sizes, **{k: whole(values, k) for k in ("ep", "vpp", "zero", "mbs", "gbs", "seq") if k in values}}
+    if values.get("batch") == "follows" and "gbs" in par:
+        unit = par.get("dp", 1) * par.get("mbs", 1)
+        par["gbs"] = unit * max(1, round(par["gbs"] / unit))
     for k in ("recompute", "schedule", "precision", "framework", "dispatcher"):
         if k in values:
             par[k] = values[k]
     for k in ("sp", "tp_overlap"):            # both mean something only with TP
         if k in values:
-            on = values[k]
-            on = on.lower() in ("1", "true", "yes", "on") if isinstance(on, str) else bool(on)
-            par[k] = on and par.get("tp", 1) > 1
+            par[k] = flag(values[k]) and par.get("tp", 1) > 1
     return model, cluster, parse_parallel(par)
-
-

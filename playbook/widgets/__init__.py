@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 
 import gradio as gr
 
+from calculators import limits
 from calculators.errors import ConfigError
 from calculators.hardware import GPU_PRESETS
 from calculators.parallel import DISPATCHERS, FRAMEWORKS, RECOMPUTE, SCHEDULES
 from calculators.presets import MODEL_PRESETS
-from playbook.values import coerce as _coerce
+from calculators.validate import show
+from playbook import escape
+from playbook.values import MAX_CONFIG_CHARS, coerce as _coerce
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Widget:
     handler: object = None                           # values of the controls -> outputs
     outputs: list = field(default_factory=list)
     note: object = None                              # the Markdown output that carries messages
+    concurrency: int = 4                             # calls the server runs at once (the rest queue)
 
 
 # name, component factory, default. Factories take the value.
@@ -41,10 +46,11 @@ def _slider(lo, hi, label, step=1):
 
 SCENARIO = {
     "model": (lambda v: gr.Dropdown(list(MODEL_PRESETS), value=v, label="model preset"), "llama3-8b"),
-    "config": (lambda v: gr.Textbox(v, label="or paste a config.json", lines=2), ""),
+    "config": (lambda v: gr.Textbox(v, label="or paste a config.json (not saved in the link)", lines=2,
+                                    max_length=MAX_CONFIG_CHARS), ""),
     "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
-    "nodes": (lambda v: gr.Number(v, label="nodes", precision=0, minimum=1), 1),
-    "gpn": (lambda v: gr.Number(v, label="GPUs per node", precision=0, minimum=1), 8),
+    "nodes": (lambda v: gr.Number(v, label="nodes", precision=0, minimum=1, maximum=limits.CLUSTER["nodes"][1]), 1),
+    "gpn": (lambda v: gr.Number(v, label="GPUs per node", precision=0, minimum=1, maximum=1024), 8),
     "dp": (_slider(1, 1024, "dp (data parallel)"), 8),
     "tp": (_slider(1, 64, "tp (tensor parallel)"), 1),
     "pp": (_slider(1, 64, "pp (pipeline stages)"), 1),
@@ -55,7 +61,8 @@ SCENARIO = {
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),
     "tp_overlap": (lambda v: gr.Checkbox(v, label="TP comm overlapped with GEMMs (Megatron/TE)"), False),
     "mbs": (_slider(1, 32, "micro-batch (sequences)"), 1),
-    "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1), 64),
+    "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1, maximum=limits.MAX_BATCH),
+            64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
     "recompute": (lambda v: gr.Radio(list(RECOMPUTE), value=v, label="activation recompute"), "none"),
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
@@ -70,13 +77,23 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
     """Build the scenario controls `keys` with chapter `params` as defaults; `show` (a comma list
     in params, or the given default) picks the ones that get a control. Returns (controls,
     defaults): defaults has every key, controls only the shown ones (the rest stay fixed at their
-    default, with no component: the page's cost grows with its number of components)."""
+    default, with no component: the page's cost grows with its number of components).
+
+    Every value a control offers can be evaluated: with a `nodes` control the cluster is the
+    reader's and dp is what it leaves (no dp control); without one the cluster follows the layout
+    (values.scenario_from's `fit`). A batch that is not shown follows dp and mbs."""
     show = params.get("show", show)
     visible = set(show.split(",")) if isinstance(show, str) else set(show or keys)
     defaults = {}
     for key in keys:
         default = SCENARIO[key][1]
         defaults[key] = _coerce(params[key], default) if key in params else default
+    if "nodes" in keys:
+        defaults["fit"] = "dp" if "nodes" in visible else "cluster"
+        if "nodes" in visible:
+            visible.discard("dp")
+    if "gbs" in keys and "gbs" not in visible:
+        defaults["batch"] = "follows"
     shown = [k for k in keys if k in visible]
     half = (len(shown) + 1) // 2
     controls = {}
@@ -88,20 +105,52 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
     return controls, defaults
 
 
+def control_problem(comp, value) -> str:
+    """'' when `value` is one the control `comp` offers, else what is wrong, naming the control:
+    a visitor can send any value to the API or put it in a link, whatever the page allows."""
+    label = getattr(comp, "label", None) or "a control"
+    if isinstance(comp, (gr.Dropdown, gr.Radio)):
+        options = [c[1] if isinstance(c, (tuple, list)) else c for c in comp.choices]
+        return "" if any(type(value) is type(o) and value == o for o in options) else \
+            f"{label} must be one of {', '.join(map(str, options[:12]))} (got {show(value)})"
+    if isinstance(comp, gr.Checkbox):
+        return "" if isinstance(value, bool) else f"{label} must be true or false (got {show(value)})"
+    if isinstance(comp, gr.Textbox):
+        cap = comp.max_length or limits.MAX_TEXT
+        return "" if isinstance(value, str) and len(value) <= cap else \
+            f"{label} must be text of at most {cap:,} characters (got {show(value)})"
+    if isinstance(comp, (gr.Slider, gr.Number)):
+        lo, hi = comp.minimum, comp.maximum
+        whole = comp.precision == 0 if isinstance(comp, gr.Number) else float(comp.step).is_integer()
+        ok = type(value) in (int, float) and math.isfinite(value) and (not whole or float(value).is_integer())
+        if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+            kind = "a whole number" if whole else "a number"
+            return f"{label} must be {kind}" + (f" from {lo:,g} to {hi:,g}" if lo is not None and hi is not None
+                                                 else "") + f" (got {show(value)})"
+    return ""
+
+
 def problem_text(exc: Exception) -> str:
+    """The message a widget shows for `exc`; every problem escaped (it may quote a visitor's value)."""
     if isinstance(exc, ConfigError):
-        return "**Cannot evaluate this:**\n\n" + "\n".join(f"- {p}" for p in exc.problems)
-    return f"**Something went wrong:** {type(exc).__name__}: {exc}. Change a setting, or report this."
+        return "**Cannot evaluate this:**\n\n" + "\n".join(f"- {escape.md(p, 600)}" for p in exc.problems)
+    return (f"**Something went wrong** ({type(exc).__name__}: {escape.md(exc, 200)}). Change a setting, or "
+            "report this.")
+
+
+WIDGET_BUDGET_S = 10.0           # seconds one widget call may compute (the planner is the only long one)
 
 
 def guard(n_outputs: int):
-    """Wrap a handler: bad input -> (None, ..., message) in place of a traceback. The message
-    is always the last output."""
+    """Wrap a handler: bad input -> (None, ..., message) in place of a traceback; the call runs
+    under WIDGET_BUDGET_S (limits.time_budget), so no search outlives its request. The message is
+    always the last output."""
     def wrap(fn):
         @functools.wraps(fn)
         def inner(*args):
             try:
-                return fn(*args)
+                with limits.time_budget(WIDGET_BUDGET_S, "this widget"):
+                    return fn(*args)
             except Exception as exc:                 # never a stack trace in the page
                 return (*([None] * (n_outputs - 1)), problem_text(exc))
         return inner
@@ -112,7 +161,13 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
     """Give the widget its handler `fn(values) -> outputs` (bad input becomes the message, the
     last output). `connect` registers the event once the chapter's tab exists."""
     keys = list(w.controls)
-    w.handler = guard(len(outputs))(lambda *vals: fn({**w.defaults, **dict(zip(keys, vals))}))
+
+    def handler(*vals):
+        problems = [p for p in (control_problem(w.controls[k], v) for k, v in zip(keys, vals)) if p]
+        if problems:
+            raise ConfigError(problems)
+        return fn({**w.defaults, **dict(zip(keys, vals))})
+    w.handler = guard(len(outputs))(handler)
     w.outputs = outputs
     w.plot, w.note = w.plot or outputs[0], outputs[-1]
     for key, comp in w.controls.items():              # stable handles for the browser test
@@ -122,7 +177,8 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
     return w
 
 
-CONCURRENCY = 4                  # calls of one widget the server runs at once (the rest queue)
+CONCURRENCY = Widget.concurrency  # calls of one widget the server runs at once (the rest queue)
+NOT_IN_LINK = {"config"}         # settings never written into the URL or read from it (a pasted file)
 
 
 def connect(w: Widget, shown) -> None:
@@ -133,10 +189,14 @@ def connect(w: Widget, shown) -> None:
     Its JS hook writes the settings that differ from the chapter's defaults into the URL
     (app.py's HEAD defines window.pbUrl)."""
     keys = list(w.controls)
-    defaults = json.dumps([w.defaults.get(k) for k in keys])
+    linked = [k for k in keys if k not in NOT_IN_LINK]
+    defaults = json.dumps([w.defaults.get(k) for k in linked])
+    # the JS hook gets every control's value; it writes the linked ones
+    picks = json.dumps([keys.index(k) for k in linked])
     gr.on([shown] + [c.change for c in w.controls.values()], w.handler, list(w.controls.values()), w.outputs,
-          api_name=w.wid, trigger_mode="always_last", show_progress="hidden", concurrency_limit=CONCURRENCY,
-          js=f"(...a) => window.pbUrl ? window.pbUrl({json.dumps(w.wid)}, {json.dumps(keys)}, {defaults}, a) : a")
+          api_name=w.wid, trigger_mode="always_last", show_progress="hidden", concurrency_limit=w.concurrency,
+          js=f"(...a) => {{ if (window.pbUrl) window.pbUrl({json.dumps(w.wid)}, {json.dumps(linked)}, {defaults}, "
+             f"{picks}.map(i => a[i])); return a; }}")
 
 
 def simple_widget(wid: str, params: dict, spec: dict, fn, label: str) -> Widget:

@@ -1,12 +1,15 @@
 """Memory per GPU: every pipeline stage's memory by role, with the capacity and fit-rule lines."""
 from __future__ import annotations
 
+import os
+
 import gradio as gr
 
 from calculators.memory import USABLE_FRACTION, memory_dict
 from playbook.plots import memory_by_stage
 
-from playbook.values import scenario_from
+from playbook import escape
+from playbook.values import MAX_CONFIG_CHARS, scenario_from
 
 from . import CONCURRENCY, Widget, scenario_controls, wire
 
@@ -20,9 +23,11 @@ def compute(v: dict):
     model, cluster, par = scenario_from(v)
     mem = memory_dict(model, cluster, par)
     verdict = "fits" if mem["fits"] else "does **not** fit"
-    text = (f"{model.describe()}\n\nMost loaded GPU: stage {mem['stage']}, **{mem['total_gib']:.2f} GiB** of "
-            f"{mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory layout; {CONVENTION})")
-    text += "".join(f"\n\n> warning: {w}" for w in mem["warnings"])
+    text = (f"{escape.md(model.describe())}\n\nOn {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
+            f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
+            f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
+            f"layout; {CONVENTION})")
+    text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])
     return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
 
 
@@ -39,7 +44,10 @@ def build(wid: str, params: dict) -> Widget:
 
 
 def _read_upload(path):
+    """The uploaded config.json's text into the config box (a file over the cap is refused)."""
     if not path:
         return gr.update()
-    with open(path, errors="replace") as fh:
-        return fh.read()
+    if os.path.getsize(path) > MAX_CONFIG_CHARS:
+        raise gr.Error(f"that file is over {MAX_CONFIG_CHARS // 1024} KB; a model's config.json is a few KB")
+    with open(path, "rb") as fh:
+        return fh.read(MAX_CONFIG_CHARS).decode("utf-8", errors="replace")

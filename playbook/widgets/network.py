@@ -16,6 +16,7 @@ from calculators.profiles import COLLECTIVES, default_profile
 from calculators.scenario import parse_hardware
 from playbook.plots import lines, roofline
 
+from playbook import escape
 from playbook.values import scenario_from
 
 from . import Widget, scenario_controls, simple_widget, wire
@@ -75,7 +76,7 @@ def roof_compute(v: dict):
     points.append(("attention (flash)", ai_attn, gpu.bf16_tflops * prof.attention_fraction))
     ridge = gpu.bf16_tflops / gpu.hbm_tbps
     text = (f"{gpu.name}: {gpu.bf16_tflops:.0f} TFLOP/s dense bf16, {gpu.hbm_tbps} TB/s HBM: kernels below "
-            f"**{ridge:.0f} FLOP/byte** are memory-bound. Points: one layer of {model.name} at tp {par.tp}, "
+            f"**{ridge:.0f} FLOP/byte** are memory-bound. Points: one layer of {escape.md(model.name)} at tp {par.tp}, "
             f"{T:.0f} tokens per micro-batch, its GEMMs fused as {par.framework} runs them, at the rate the time model "
             "gives each kernel.")
     return roofline(gpu.bf16_tflops, gpu.hbm_tbps, points, f"{gpu.name} roofline, {model.name}"), text

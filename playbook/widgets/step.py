@@ -32,7 +32,7 @@ def compute(v: dict):
 def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(
-            params, KEYS, show=("model", "gpu", "nodes", "dp", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq",
+            params, KEYS, show=("model", "gpu", "nodes", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq",
                                 "recompute", "schedule", "precision"))
         plot = gr.Plot(label="step time breakdown")
         text = gr.Markdown()

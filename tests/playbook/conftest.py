@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -42,12 +43,16 @@ def start_app(args=("app.py",)):
     what = "app.py" if tuple(args) == ("app.py",) else "the bare Gradio server"
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # the server's output goes to a file, not a pipe nobody reads: a full pipe would block the server
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            text=True)
+    proc.log = log
     url = f"http://127.0.0.1:{port}/"
     while True:
         if proc.poll() is not None:
-            pytest.fail(f"{what} exited with {proc.returncode}:\n{proc.stdout.read()}")
+            log.seek(0)
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{log.read()}")
         try:
             urllib.request.urlopen(url, timeout=1)
             return proc, url, time.perf_counter() - t0
@@ -61,6 +66,7 @@ def start_app(args=("app.py",)):
 def stop_app(proc) -> None:
     proc.terminate()
     proc.wait(timeout=20)
+    proc.log.close()
 
 
 def start_seconds(args=("app.py",)) -> float:
@@ -76,13 +82,27 @@ def bare_start_seconds() -> float:
 
 
 @pytest.fixture(scope="session")
-def server():
-    """app.py as a user starts it, in its own process; yields (url, seconds until it answered)."""
+def served():
+    """app.py as a user starts it, in its own process; yields (process, url, seconds until it answered)."""
     proc, url, seconds = start_app()
     try:
-        yield url, seconds
+        yield proc, url, seconds
     finally:
         stop_app(proc)
+
+
+@pytest.fixture(scope="session")
+def server(served):
+    """(url, seconds until it answered) of the served app."""
+    return served[1], served[2]
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process in MiB (Linux /proc), what a Space's memory limit counts."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 @pytest.fixture(scope="session")

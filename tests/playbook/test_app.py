@@ -1,6 +1,7 @@
 """The app through its API: every widget answers with the calculators' numbers, bad input is
 explained inline, the URL restores settings; latency and load (slow)."""
 import asyncio
+import json
 import statistics
 import time
 
@@ -66,7 +67,7 @@ def test_memory_widget_shows_the_calculators_number(demo, client):
 
 
 def test_invalid_layout_and_bad_config_are_explained_inline(demo, client):
-    plot, text = client.predict(*args_of(demo, "step_13_1", tp=3), api_name="/step_13_1")
+    plot, text = client.predict(*args_of(demo, "step_13_1", nodes=3, tp=3), api_name="/step_13_1")
     assert plot is None and "tp=3 must divide heads=32" in text
     bad = '{"model_type": "llama", "num_hidden_layers": 2'
     plot, text = client.predict(*args_of(demo, "memory_1_1", config=bad), api_name="/memory_1_1")
@@ -143,3 +144,22 @@ def test_planner_widget_dispatches_through_deepep_when_installed():
     values["deepep"] = False
     _, rows, _, _ = planner.compute(values)
     assert not any("deepep" in row[1] for row in rows)
+
+
+def test_an_upload_event_given_a_server_path_reads_nothing(demo):
+    """The config.json upload hands its handler a path: one a client names (not one it uploaded)
+    is refused by Gradio before the handler runs, so no server file reaches the page."""
+    import httpx
+    idx = next(i for i, f in demo.fns.items() if getattr(f.fn, "__name__", "") == "_read_upload")
+    base = f"http://127.0.0.1:{PORT}/"
+    data = [{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}, "orig_name": "passwd"}]
+    r = httpx.post(base + "gradio_api/queue/join", json={"data": data, "fn_index": idx, "session_hash": "upload-1"})
+    r.raise_for_status()
+    seen = []
+    with httpx.stream("GET", base + "gradio_api/queue/data?session_hash=upload-1", timeout=20) as stream:
+        for line in stream.iter_lines():
+            seen.append(line)
+            if "process_completed" in line:
+                break
+    done = json.loads(seen[-1][len("data: "):])
+    assert done["success"] is False and "root:" not in "".join(seen)

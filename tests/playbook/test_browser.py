@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import time
+import urllib.parse
 from pathlib import Path
 
 import gradio as gr
@@ -201,3 +202,36 @@ def test_a_link_restores_chapter_and_settings(server, browser):
     page.wait_for_function("() => new URL(location.href).searchParams.get('schedule_6_1.v') === '3'", timeout=20000)
     assert "schedule_6_1.m=16" in page.url
     assert not problems, problems
+
+
+def test_a_hostile_link_and_injected_html_harm_nothing(served, browser):
+    """A link with a server path, unreadable numbers and markup: the valid settings apply, the rest
+    are skipped; a config.json whose name is an <img> shows it as text (the browser fetches
+    nothing); the server's memory stays under 1 GB."""
+    from tests.playbook.conftest import rss_mib
+    proc, url, _ = served
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    problems = watch(page)
+    fetched = []
+    page.on("request", lambda r: fetched.append(r.url) if urllib.parse.urlparse(r.url).hostname == "example.invalid"
+            else None)
+    page.goto(url + "?chapter=overview&memory_1_1.dp=16&memory_1_1.seq=1e999&memory_1_1.mbs=inf"
+                    "&explorer_12_1.local=/dev/zero"
+                    "&memory_1_1.recompute=%3Cimg%20src%3Dhttps%3A%2F%2Fexample.invalid%3E"
+                    "&memory_1_1.config=%7B%7D")
+    page.wait_for_function("() => document.querySelector('#memory_1_1-dp input[type=number]')?.value === '16'",
+                           timeout=20000)
+    assert page.locator("#memory_1_1-seq input[type=number]").input_value() == "4096"
+    evil = json.dumps({"model_type": "llama", "_name_or_path": "<img src=https://example.invalid/x.png>",
+                       "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                       "intermediate_size": 128, "vocab_size": 1000})
+    box = page.locator("#memory_1_1-config textarea")
+    box.fill(evil)
+    box.blur()
+    page.wait_for_function("() => document.querySelector('#memory_1_1-note')?.innerText.includes('example')",
+                           timeout=20000)
+    assert "<img src=https://example.invalid/x.png>" in page.locator("#memory_1_1-note").inner_text()
+    assert page.locator("img[src*='example.invalid']").count() == 0 and not fetched, fetched
+    assert "_name_or_path" not in urllib.parse.unquote(page.url)      # a pasted config is not copied into the link
+    assert rss_mib(proc.pid) < 1024
+    assert not [p for p in problems if "example.invalid" not in p], problems
