@@ -10,11 +10,15 @@ FakeTensorMode and saved-tensor hooks). Conventions:
   a column-parallel linear is saved sharded and all-gathered again in backward (Megatron, nanotron).
 - flash attention stores q, k, v, the output and the log-sum-exp; without it the bf16 softmax
   probabilities (mbs * heads/tp * S^2) are stored too (fused scale-mask-softmax, as Megatron).
-- recompute "selective" is Megatron's: the attention core (QK^T, softmax, .V) is recomputed, so it
-  frees the score matrix and nothing more once flash attention is on. "full" keeps only each
-  layer's input; the layer being recomputed adds one layer's activations (see memory.py).
+- recompute policies (calculators/recompute.py): core_attn (Megatron's "selective") recomputes the
+  attention core (QK^T, softmax, .V), so it frees the score matrix and nothing more once flash
+  attention is on; op_sac (torchtitan's "selective") keeps the layer's input, every other
+  matmul's output, the attention output and its log-sum-exp (`sac_bytes`); "full" keeps only each
+  layer's input; layer:N recomputes every N-th layer in full. The layer being recomputed adds
+  what it re-materialises (`recomputed_extra`, see memory.py).
 - SwiGLU saves gate, up, silu(gate) and their product (4 x T*f/tp) in PyTorch's unfused form;
-  Megatron's fused bias-SwiGLU saves 3 (the gate/up output and the product).
+  Megatron's fused bias-SwiGLU saves 3 (the gate/up output and the product); under torch.compile
+  (parallel.compile, fsdp2 and deepspeed) 2, and each norm keeps its input and rstd, not its output.
 - MoE (dropless, token choice, permute -> expert GEMMs -> weighted combine): fp32 router
   probabilities (T*E), int64 top-k indices, the K*T dispatched tokens, expert MLP intermediates
   for K*T tokens, and the K*T expert outputs kept for the weighted combine.
@@ -23,10 +27,11 @@ FakeTensorMode and saved-tensor hooks). Conventions:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .models import ModelSpec
 from .parallel import ParallelConfig
+from .recompute import policy, sac_saved
 
 BF16 = 2
 FP32 = 4
@@ -50,12 +55,30 @@ def tokens(par: ParallelConfig) -> float:
     return par.mbs * par.seq / par.cp
 
 
+def _norm_kept(framework: str, compiled: bool) -> int:
+    """Bytes per element an RMSNorm keeps for backward besides its fp32 rstd (checked against
+    PyTorch's saved tensors, tests/calculators/test_recompute_torch.py):
+    - fused (Megatron/TE, nanotron): its bf16 input and output, 4;
+    - eager torchtitan (nn.RMSNorm composite): the fp32 upcast of the input, the fp32 normalised
+      value and the bf16 output, 10;
+    - eager Hugging Face (LlamaRMSNorm): the fp32 upcast, the bf16 normalised value and the
+      weighted bf16 output, 8;
+    - under torch.compile: the input only (the output is recomputed), 2."""
+    if compiled:
+        return BF16
+    return {"fsdp2": 2 * FP32 + BF16, "deepspeed": FP32 + 2 * BF16}.get(framework, 2 * BF16)
+
+
 def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
     t = par.tp
     T = tokens(par)
     T_sp = T / t if par.sp else T                      # tokens in the norm regions
     h = model.hidden
-    norm_region = 2 * BF16 * T_sp * h + FP32 * T_sp    # norm input, its rstd, norm output
+    # torch.compile's min-cut partitioner recomputes cheap pointwise work in backward rather than
+    # save it (torch._functorch.partitioners; reductions such as the norm's rstd stay saved): the
+    # norm's output from its input and rstd, silu(gate) and its product with up from gate and up
+    compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
+    norm_region = T_sp * (_norm_kept(par.framework, compiled) * h + FP32)    # per norm: what it keeps, its rstd
     qkv_width = model.q_dim + (model.q_dim if model.mla else 2 * model.kv_dim)
     v_width = model.attn_out_dim if model.mla else 0      # MLA: v has its own head dim
     attention = (norm_region
@@ -66,11 +89,11 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         x = model.mla
         attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
     scores = 0.0
-    if not par.flash and par.recompute == "none":
+    if not par.flash and policy(par.framework, par.recompute) == ("none", 1):
         scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
         # the unfused core keeps k and v repeated to all heads for the batched matmuls
         attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
-    per_ffn = (3 if par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+    per_ffn = (2 if compiled else 3 if par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
     mlp = norm_region                                 # norm output = input of the MLP / router
     if not moe_layer:
         mlp += BF16 * per_ffn * T * model.ffn / t
@@ -87,10 +110,52 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
     return LayerActivations(attention=attention, scores=scores, mlp=mlp, layer_input=layer_input)
 
 
-def saved_per_layer(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
-    """Bytes one layer keeps per in-flight micro-batch under the layout's recompute mode."""
+def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """What op_sac keeps of one layer per micro-batch: the checkpoint's input, the outputs of the
+    matmuls it saves (recompute.sac_saved: a column-parallel one's T x fan_out/tp shard, a
+    row-parallel one's T x h before its reduction), with sequence parallelism the reduce-scatters'
+    outputs (saved collectives), the attention output and log-sum-exp, and in MoE layers the top-k
+    routing and, with expert parallelism, the all-to-alls' outputs."""
+    t = par.tp
+    T = tokens(par)
+    T_sp = T / t if par.sp else T
+    kept = BF16 * T_sp * model.hidden + BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
+    mms = model.layer_matmuls(moe_layer)
+    for mm, saved in zip(mms, sac_saved(mms)):
+        if saved:
+            kept += BF16 * T * mm.used * (mm.fan_out / t if mm.tp == "col" else mm.fan_out)
+        if mm.tp == "row" and t > 1 and par.sp:
+            kept += BF16 * T_sp * model.hidden
+    if moe_layer and model.moe:
+        k = model.moe.top_k
+        kept += T_sp * k * (FP32 + 8)
+        if par.ep > 1:
+            kept += 2 * BF16 * T_sp * k * model.hidden
+    return kept
+
+
+def _kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool, kind: str) -> float:
     act = layer_activations(model, par, moe_layer)
-    return act.layer_input if par.recompute == "full" else act.total
+    return {"full": act.layer_input, "op_sac": sac_bytes(model, par, moe_layer)}.get(kind, act.total)
+
+
+def saved_per_layer(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """Bytes one layer keeps per in-flight micro-batch under the layout's recompute policy (with
+    layer:N, the mean over N layers: one recomputed in full, N - 1 keeping everything)."""
+    kind, every = policy(par.framework, par.recompute)
+    if every == 1:
+        return _kept(model, par, moe_layer, kind)
+    everything = layer_activations(model, replace(par, recompute="none", recompute_ranks=()), moe_layer).total
+    return everything + (_kept(model, par, moe_layer, kind) - everything) / every
+
+
+def recomputed_extra(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """Bytes a recomputed layer re-materialises while its backward runs, beyond what it kept: the
+    working set that recompute adds on top of one layer's gradients (0 without recompute)."""
+    kind, _ = policy(par.framework, par.recompute)
+    if kind in ("none", "core_attn"):
+        return 0.0
+    return layer_activations(model, par, moe_layer).total - _kept(model, par, moe_layer, kind)
 
 
 def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:

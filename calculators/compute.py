@@ -17,15 +17,18 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from . import elementwise
 from .activations import BF16, tokens
+from .attention import attention_time
 from .flops import attention_flops
-from .frameworks import fused_projections, loss_bytes_per_logit
+from .frameworks import attention_kernel, fused_matmuls, loss_bytes_per_logit
 from .hardware import GPUSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig
 from .profiles import HardwareProfile
+from .recompute import policy as recompute_policy, sac_saved
 
 
 @dataclass(frozen=True)
@@ -75,84 +78,56 @@ def memory_time(nbytes: float, kernels: int, gpu: GPUSpec, profile: HardwareProf
     return max(nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction), kernels * profile.kernel_us * 1e-6)
 
 
-def fused_matmuls(mms: tuple, framework: str) -> list:
-    """The layer's matmuls as the framework runs them: with frameworks.fused_projections, adjacent
-    column-parallel ones that read the same input (q, k, v; gate, up) as one wider GEMM."""
-    if not fused_projections(framework):
-        return list(mms)
-    out = []
-    for mm in mms:
-        prev = out[-1] if out else None
-        if prev and mm.tp == prev.tp == "col" and (mm.fan_in, mm.stored, mm.used, mm.expert) == \
-                (prev.fan_in, prev.stored, prev.used, prev.expert):
-            out[-1] = replace(prev, name=f"{prev.name}+{mm.name}", fan_out=prev.fan_out + mm.fan_out)
-        else:
-            out.append(mm)
-    return out
-
-
 ATTENTION_COLUMNS = ("q", "k", "v", "q_b", "kv_b")
 
 
-def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple[float, tuple]:
-    """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them)."""
+def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:
+    """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them,
+    forward seconds of the GEMMs op_sac recomputes: every second matmul, the router and the
+    experts' grouped GEMMs, recompute.sac_saved)."""
     fp8 = par.precision == "fp8"
-    t, cols = 0.0, [0.0, 0.0]
-    for mm in fused_matmuls(model.layer_matmuls(moe_layer), par.framework):
+    t, cols, unsaved = 0.0, [0.0, 0.0], 0.0
+    mms = model.layer_matmuls(moe_layer)
+    saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
+    for mm in fused_matmuls(mms, par.framework):
         if mm.expert:
             # ep GPUs' tokens spread over E experts; this GPU runs E/ep of them, each on ep*T*K/E tokens
             E, K = model.moe.experts, model.moe.top_k
             tokens = par.ep * T * K / E
-            t += gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
+            g = gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
         elif mm.tp == "col":
             g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
             cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g
-            t += g
         elif mm.tp == "row":
-            t += gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, fp8, count=mm.stored)
+            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, fp8, count=mm.stored)
         else:                                          # replicated (the router, MLA's small projections)
-            t += gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
-    return t, tuple(cols)
+            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
+        t += g
+        unsaved += 0.0 if saved.get(mm.name.split("+")[0], False) else g
+    return t, tuple(cols), unsaved
 
 
-def _memory_bound_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float) -> tuple[float, int]:
-    """Forward bytes and kernel count of a layer's element-wise work on one GPU.
-
-    Per token: two RMSNorms (read h, write h), two residual adds (read 2h, write h), RoPE on q and
-    k (read and write), the MLP activation (SwiGLU reads 2 x f/tp, writes f/tp; GELU reads and
-    writes f/tp), and the casts around them. With sequence parallelism the norms and residuals
-    see T/tp tokens.
-    """
-    t = par.tp
-    T_sp = T / t if par.sp else T
-    h = model.hidden
-    norm_res = T_sp * h * (2 * 2 + 2 * 3)
-    rope = T * 2 * (model.q_dim + model.kv_dim) / t
-    if moe_layer and model.moe:
-        f_local = model.moe.top_k * model.moe.expert_ffn / par.etp + model.moe.shared_experts * (
-            model.moe.shared_ffn or model.moe.expert_ffn) / t
-        dispatch = T * h * 2 * model.moe.top_k          # permute and un-permute the routed tokens
-    else:
-        f_local, dispatch = model.ffn / t, 0.0
-    act = T * f_local * (3 if model.mlp == "swiglu" else 2)
-    kernels = 10 + (4 if moe_layer and model.moe else 0)
-    return BF16 * (norm_res + rope + act + dispatch), kernels
+def _unfused_attention(model: ModelSpec, par: ParallelConfig, gpu, profile) -> tuple[float, float]:
+    """(forward, backward) of attention without a flash kernel: QK^T and scores.V as batched GEMMs
+    over the full square, and the s x s scores written, softmaxed and read (3 passes)."""
+    flops = tokens(par) * attention_flops(model, par.seq, causal=True) / par.tp
+    fwd = flops / (gpu.bf16_tflops * 1e12 * profile.gemm_fraction) + memory_time(
+        3 * BF16 * par.mbs * model.heads / par.tp * par.seq * par.seq / par.cp, 3, gpu, profile)
+    return fwd, 2.5 * fwd
 
 
 def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUSpec,
                profile: HardwareProfile) -> LayerTime:
     T = tokens(par)
-    gemm, cols = _layer_gemms(model, par, moe_layer, T, gpu, profile)
-    # Attention: this GPU's heads (a/tp) for its T queries; causal work over the full context.
-    attn_flops = T * attention_flops(model, par.seq, causal=True) / par.tp
-    attn = attn_flops / (gpu.bf16_tflops * 1e12 * profile.attention_fraction) if par.flash else \
-        attn_flops / (gpu.bf16_tflops * 1e12 * profile.gemm_fraction) + memory_time(
-            3 * BF16 * par.mbs * model.heads / par.tp * par.seq * par.seq / par.cp, 3, gpu, profile)
-    nbytes, kernels = _memory_bound_bytes(model, par, moe_layer, T)
-    mem = memory_time(nbytes, kernels, gpu, profile)
+    gemm, cols, unsaved = _layer_gemms(model, par, moe_layer, T, gpu, profile)
+    attn, attn_b = (attention_time(model, par, par.attention or attention_kernel(par.framework), gpu, profile)
+                    if par.flash else _unfused_attention(model, par, gpu, profile))
+    work = elementwise.layer_bytes(model, par, moe_layer, T)
+    mem, mem_b = (memory_time(*work[way], gpu, profile) for way in ("forward", "backward"))
     forward = gemm + attn + mem
-    recompute = forward if par.recompute == "full" else attn if par.recompute == "selective" else 0.0
-    return LayerTime(forward=forward, backward_input=gemm + 2.5 * attn + 2 * mem + recompute,
+    kind, every = recompute_policy(par.framework, par.recompute)
+    recompute = {"full": forward / every, "core_attn": attn, "op_sac": unsaved + mem}.get(kind, 0.0)
+    return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
                      backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
                      column_gemms=cols)
 

@@ -8,8 +8,9 @@ Conventions (to be stated wherever a FLOPs, MFU or HFU number is shown):
   half of the full s x s work, so the count is 2 * a * (s/2) * (d_qk + d_v); `causal=False` counts
   the full square, as PyTorch's FlopCounterMode and Megatron's reports do.
 - Training = forward + backward = 3x forward (backward computes input and weight gradients).
-- MFU counts model FLOPs only; HFU adds what recompute runs again (full: the layers' forward;
-  selective: the attention core's forward). Norms, activations and the optimizer are not counted.
+- MFU counts model FLOPs only; HFU adds what recompute runs again (recomputed_flops_per_token: full
+  the layers' forward, core_attn the attention core's, op_sac the matmuls it does not keep).
+  Norms, activations and the optimizer are not counted.
 """
 from __future__ import annotations
 
@@ -42,14 +43,31 @@ def model_flops_per_token(model: ModelSpec, seq: int, causal: bool = True) -> fl
     return 3.0 * forward_flops_per_token(model, seq, causal)
 
 
-def hardware_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True) -> float:
+def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
+                               framework: str = "megatron") -> float:
+    """Forward FLOPs per token that recompute runs again (calculators/recompute.py): full the
+    layers' forward (1/N of it with layer:N), core_attn the attention core, op_sac the matmuls it
+    does not keep (every second one, the router, the experts)."""
+    from .recompute import policy, sac_saved
+    kind, every = policy(framework, recompute)
+    if kind == "full":
+        return (forward_flops_per_token(model, seq, causal) - 2.0 * model.hidden * model.vocab) / every
+    if kind == "core_attn":
+        return model.layers * attention_flops(model, seq, causal)
+    if kind == "op_sac":
+        total = 0.0
+        for moe, n in ((False, model.dense_mlp_layers), (True, model.moe_layers)):
+            mms = model.layer_matmuls(moe) if n else ()
+            total += n * sum(2.0 * m.fan_in * m.fan_out * m.used for m, kept in zip(mms, sac_saved(mms)) if not kept)
+        return total
+    return 0.0
+
+
+def hardware_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
+                             framework: str = "megatron") -> float:
     """Training FLOPs per token actually executed, for HFU: model FLOPs plus recompute."""
-    extra = 0.0
-    if recompute == "full":
-        extra = forward_flops_per_token(model, seq, causal) - 2.0 * model.hidden * model.vocab
-    elif recompute == "selective":
-        extra = model.layers * attention_flops(model, seq, causal)
-    return model_flops_per_token(model, seq, causal) + extra
+    return model_flops_per_token(model, seq, causal) + recomputed_flops_per_token(model, seq, recompute, causal,
+                                                                                  framework)
 
 
 def flops_per_step(model: ModelSpec, seq: int, gbs: int, causal: bool = True) -> float:
@@ -62,6 +80,7 @@ def mfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, peak_tflops: fl
 
 
 def hfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, recompute: str, peak_tflops: float,
-        causal: bool = True) -> float:
+        causal: bool = True, framework: str = "megatron") -> float:
     """Hardware FLOPs utilisation: as MFU, counting recomputed FLOPs too."""
-    return tokens_per_s_per_gpu * hardware_flops_per_token(model, seq, recompute, causal) / (peak_tflops * 1e12)
+    return tokens_per_s_per_gpu * hardware_flops_per_token(model, seq, recompute, causal, framework) / (
+        peak_tflops * 1e12)

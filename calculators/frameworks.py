@@ -23,6 +23,7 @@ are, only when there is more than one data-parallel rank (`make_ddp` in nanotron
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 ROLES = ("weights", "grads", "master", "optimizer")
 
@@ -185,6 +186,22 @@ def fused_projections(framework: str) -> bool:
     return framework in ("megatron", "nanotron")
 
 
+def fused_matmuls(mms: tuple, framework: str) -> list:
+    """The layer's matmuls as the framework runs them: with frameworks.fused_projections, adjacent
+    column-parallel ones that read the same input (q, k, v; gate, up) as one wider GEMM."""
+    if not fused_projections(framework):
+        return list(mms)
+    out = []
+    for mm in mms:
+        prev = out[-1] if out else None
+        if prev and mm.tp == prev.tp == "col" and (mm.fan_in, mm.stored, mm.used, mm.expert) == \
+                (prev.fan_in, prev.stored, prev.used, prev.expert):
+            out[-1] = replace(prev, name=f"{prev.name}+{mm.name}", fan_out=prev.fan_out + mm.fan_out)
+        else:
+            out.append(mm)
+    return out
+
+
 def tp_backward_overlapped(framework: str) -> bool:
     """Whether, with sequence parallelism, a column-parallel linear's backward runs its TP
     collectives beside its GEMMs: Megatron's LinearWithGradAccumulationAndAsyncCommunication and
@@ -233,3 +250,16 @@ def host_scale(framework: str, tp_per_node: int, tp_nodes: int, pipeline_crosses
         return 1.0
     pp = tp_per_node ** NANOTRON_CROSS_NODE_PP_HOST if pipeline_crosses_nodes else 1.0
     return pp * max(1, tp_nodes)
+
+
+def attention_kernel(framework: str) -> str:
+    """The attention kernel a framework runs on Hopper by default (calculators/attention.py):
+
+    - megatron: cuDNN. Transformer Engine's DotProductAttention prefers its FusedAttention
+      backend (cuDNN's flash-style kernels) over flash-attn on sm90 (NVTE_FUSED_ATTN defaults on);
+    - fsdp2 (torchtitan): FlashAttention-2, the flash backend PyTorch's scaled_dot_product_attention
+      picks first on CUDA (its vendored FA2 kernels);
+    - nanotron: FlashAttention-2 (the flash-attn package's flash_attn_varlen_func);
+    - deepspeed (Hugging Face modules, attn_implementation sdpa or flash_attention_2): FlashAttention-2.
+    `parallel.attention` overrides it (fa2, fa3, cudnn)."""
+    return "cudnn" if framework == "megatron" else "fa2"

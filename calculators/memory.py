@@ -166,9 +166,9 @@ class _Context:
         for mode, mp in par.by_recompute().items():
             for moe, (dense, expert) in params.items():
                 a = act.layer_activations(model, mp, moe)
-                # One layer's gradients in backward (as large as its saved set); with full recompute
-                # also the layer being recomputed, whose input is already among the kept checkpoints.
-                working = a.total + (a.total - a.layer_input if mode == "full" else 0.0)
+                # One layer's gradients in backward (as large as its saved set); with recompute also
+                # what the layer being recomputed re-materialises beyond what it kept.
+                working = a.total + act.recomputed_extra(model, mp, moe)
                 self.kinds[(moe, mode)] = (dense, expert, act.saved_per_layer(model, mp, moe), working)
         self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
                                                   2 * max((sum(params[k]) for k in present), default=0.0))

@@ -14,8 +14,9 @@ from .validate import check_fields, show, whole_list
 from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import ClusterSpec
 from .models import ModelSpec
+from .recompute import STANDARD as RECOMPUTE, order as recompute_order, valid as recompute_valid
 
-RECOMPUTE = ("none", "selective", "full")
+ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -41,11 +42,14 @@ class ParallelConfig:
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
-    recompute: str = "none"      # none | selective | full
+    recompute: str = "none"      # none | selective | full | core_attn | op_sac | layer:N (calculators/recompute.py;
+                                 # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
     precision: str = "bf16"      # bf16 | fp8
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
+    attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (frameworks.attention_kernel)
+    compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -56,17 +60,20 @@ class ParallelConfig:
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
-        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash"),
-                         choices={"recompute": RECOMPUTE, "precision": PRECISIONS, "schedule": SCHEDULES,
-                                  "framework": FRAMEWORKS, "dispatcher": DISPATCHERS})
+        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile"),
+                         choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
+                                  "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS})
+        require(p, recompute_valid(self.recompute),
+                lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
+                        f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")
         if self.split:
             whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 1, limits.MAX_LAYERS)
         modes_ok = isinstance(self.recompute_ranks, tuple) and len(self.recompute_ranks) <= limits.MAX_LAYERS \
             and _recompute_modes(self.recompute_ranks)
-        require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one of {RECOMPUTE} per pipeline rank "
+        require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one recompute value per pipeline rank "
                                      f"(got {show(self.recompute_ranks)})")
-        if modes_ok and self.recompute_ranks and self.recompute in RECOMPUTE:
-            most = max(self.recompute_ranks, key=RECOMPUTE.index)
+        if modes_ok and self.recompute_ranks and recompute_valid(self.recompute):
+            most = max(self.recompute_ranks, key=recompute_order)
             require(p, self.recompute == most,
                     lambda: f"parallel.recompute must be the most recompute of recompute_ranks ({most!r}), "
                             "the one a framework that applies one setting everywhere would use")
@@ -109,7 +116,7 @@ def derive(par: ParallelConfig, **changes) -> ParallelConfig:
 
 
 def _recompute_modes(modes: tuple) -> bool:
-    return all(type(mode) is str and mode in RECOMPUTE for mode in modes)
+    return all(recompute_valid(mode) for mode in modes)
 
 
 def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> list[str]:

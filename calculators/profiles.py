@@ -19,7 +19,10 @@ Knobs:
   published FP8 dense runs (3.3%, against 3.6 to 8.2%) come out best, though the whole nanotron
   set's p90 was lowest at 512 when it was chosen (37.5% against 38.7%); a GPU's gemm rows refit
   both knobs. FP8 GEMMs reach `fp8_gemm_fraction` of the FP8 peak.
-- attention (FlashAttention forward + backward) reaches `attention_fraction` of the bf16 peak.
+- attention: FlashAttention-2's forward + backward reaches `attention_fraction` of the bf16 peak at
+  its plateau (causal, head dim 128, 16k tokens); calculators/attention.py scales every kernel
+  (FA2, cuDNN, FA3) and length from there by the FlashAttention-3 paper's H100 measurements. H100:
+  303 TFLOP/s there, 0.306 of the peak.
 - memory-bound ops (norms, activations, residuals, RoPE, the optimizer) move their bytes at
   `hbm_fraction` of the HBM bandwidth; every kernel costs at least `kernel_us`.
 - host: an eager framework's CPU (Python, autograd, kernel launches) needs `host_ms_per_layer` to
@@ -109,7 +112,7 @@ class HardwareProfile:
     gemm_fraction: float = 0.59          # what `benchmarks calibrate` fits to the one-node nanotron runs
     gemm_half_dim: float = 128.0         # smallest GEMM dim at which the math runs at half of it
     fp8_gemm_fraction: float = 0.60      # FP8 GEMMs reach less of their (doubled) peak
-    attention_fraction: float = 0.30     # FlashAttention-2 fwd+bwd on H100, bf16, head dim 128
+    attention_fraction: float = 0.306    # FlashAttention-2 fwd+bwd plateau on H100 (attention.ANCHOR / 989.4)
     hbm_fraction: float = 0.80           # achievable share of HBM bandwidth for streaming kernels
     kernel_us: float = 10.0              # minimum time of one eager kernel (launch + tail)
     host_ms_per_layer: float = 4.2       # CPU time to issue one layer's forward + backward (eager)

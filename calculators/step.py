@@ -53,6 +53,7 @@ from .parallel import ParallelConfig
 from .pipeline import Timeline, simulate_long
 from .schedules import n_stages, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
+from .recompute import reissue
 
 GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
 
@@ -110,7 +111,7 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
                    else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
         # DualPipe pairs one micro-batch's forward with another's backward: each one's dispatch and
         # combine run under the other's compute, so they hide as far as that compute lasts
-        paired = 3 * gemm_time + 3.5 * attn_time          # the layer's forward and backward
+        paired = lt.total - lt.recompute                  # the layer's forward and backward
         hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" else profile.overlap["ep"]
         out["ep"] = (a2a, a2a, hidden, hidden)
     return out
@@ -128,14 +129,14 @@ def _tp_hidden(par, comm: float, gemm: float, profile) -> float:
     return max(profile.overlap["tp"], 1 - exposed / comm)
 
 
-def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: bool = False, scale: float = 1.0):
+def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: float = 0.0, scale: float = 1.0):
     """A layer's (F, B, W) per micro-batch with the host's issue time as their floor, and the time
     the GPU waits for the host. The host issues a third of profile.host_ms_per_layer (times the
     framework's `scale`, frameworks.host_scale) in the forward and two thirds in the backward (I
-    and W share it by their GPU time); a full recompute issues the forward again inside the
-    backward."""
+    and W share it by their GPU time); recompute issues `refwd` of the forward again inside the
+    backward (recompute.reissue: 1 for a full recompute)."""
     host = profile.host_ms_per_layer * scale * 1e-3
-    hf, hb = host / 3, 2 * host / 3 + (host / 3 if refwd else 0.0)
+    hf, hb = host / 3, 2 * host / 3 + host / 3 * refwd
     f2 = max(f, hf)
     stretch = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
     return (f2, b * stretch, w * stretch), (f2 - f) + (b + w) * (stretch - 1)
@@ -172,8 +173,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
             acc = acc_bytes and memory_time(acc_bytes * sum(kind_params(model, par, moe)),
                                             sum(_layer_tensors(model, par, moe)), gpu, profile)
-            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b,
-                                                   lt.backward_weight + acc, profile, mp.recompute == "full", scale)
+            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight + acc,
+                                                   profile, reissue(par.framework, mode), scale)
             parts[(moe, mode)] = (lt, comm, waits)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
@@ -264,7 +265,8 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for r, rank_layers in enumerate(layers):
         mode = par.rank_recompute(r)
         layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
-    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode) for mode, n in layers_by_mode.items()) / model.layers
+    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode, framework=par.framework)
+                 for mode, n in layers_by_mode.items()) / model.layers
     busiest = max(range(p), key=lambda r: timeline.busy[r])
     breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
                            layers[busiest], model, m, timeline, tail_parts)

@@ -56,7 +56,8 @@ def build_collectives(wid: str, params: dict) -> Widget:
 
 
 def roof_compute(v: dict):
-    from calculators.compute import fused_matmuls, gemm_time
+    from calculators.compute import gemm_time
+    from calculators.frameworks import fused_matmuls
     model, cluster, par = scenario_from(v)
     gpu, prof = cluster.gpu, default_profile(cluster.gpu.name)
     T = par.mbs * par.seq / par.cp

@@ -227,5 +227,5 @@ def test_recompute_per_rank_gives_each_stage_its_own_mode():
     assert step.hfu < full.hfu and step.time_s <= full.time_s * 1.0001
     with pytest.raises(ConfigError, match="each of the pp=4 ranks"):
         estimate_memory(model, cluster, replace(mixed, recompute_ranks=("full", "none")))
-    with pytest.raises(ConfigError, match="must list one of"):
+    with pytest.raises(ConfigError, match="must list one recompute value per pipeline rank"):
         replace(mixed, recompute_ranks=("full", "bogus", "none", "none"))

@@ -1,0 +1,97 @@
+"""Attention kernels' time, forward and backward, by kernel family, sequence length, head dim and
+causal masking, from published kernel measurements.
+
+Source: the FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608, Figures 5 and 6): BF16
+TFLOP/s of FlashAttention-2, cuDNN and FlashAttention-3 on one H100 80GB SXM5, head dim 128,
+batch x sequence = 16k tokens, causal FLOPs counted as half the square (our convention, flops.py).
+
+| seq | 512 | 1k | 2k | 4k | 8k | 16k |
+|---|---|---|---|---|---|---|
+| FA2 forward, causal | 191 | 260 | 298 | 319 | 333 | 335 |
+| FA2 forward | 309 | 350 | 362 | 368 | 370 | 370 |
+| FA2 backward | 214 | 260 | 291 | 310 | 318 | 322 |
+| cuDNN forward, causal | 315 | 410 | 484 | 518 | 529 | 539 |
+| cuDNN forward | 497 | 574 | 617 | 609 | 600 | 595 |
+| cuDNN backward | 305 | 408 | 465 | 499 | 518 | 516 |
+| FA3 forward, causal | 292 | 423 | 521 | 579 | 602 | 616 |
+| FA3 forward | 467 | 565 | 625 | 638 | 646 | 648 |
+| FA3 backward | 316 | 424 | 501 | 542 | 559 | 561 |
+
+The paper plots backward without the causal mask only; a causal backward is taken to lose what a
+causal forward loses at the same length (the backward times the causal/non-causal forward ratio).
+Head dim 64 and 256 scale each kernel by its non-causal forward at 16k over head dim 128's (FA2
+0.88 and 0.88, cuDNN 0.69 and 0.98, FA3 0.77 and 1.17; the same figures), interpolated in log2
+of the head dim. Lengths are clamped to the measured range; log-linear in between. With context
+parallelism the kernels run chunk by chunk: the load-balanced ring splits each sequence into
+2 cp chunks and computes attention between chunks (Megatron/Transformer Engine's
+AttnFuncWithCPAndKVP2P, torch's context_parallel), so a kernel's length is seq / (2 cp).
+
+Other GPUs: the profile's `attention_fraction` is the fraction of the bf16 peak FA2 reaches at
+its plateau (causal, head dim 128, forward + backward); the table gives every kernel's rate
+relative to that (H100: 303 TFLOP/s, 0.306 of 989). FlashAttention-3 runs on Hopper only; on
+other GPUs the fa3 and cudnn kernels are costed as FA2 (no measurement of theirs is used here).
+"""
+from __future__ import annotations
+
+import math
+
+from .flops import attention_flops
+from .hardware import GPUSpec
+from .models import ModelSpec
+from .parallel import ParallelConfig
+from .profiles import HardwareProfile
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+H100_TFLOPS = {
+    "fa2": {"causal": (191, 260, 298, 319, 333, 335), "full": (309, 350, 362, 368, 370, 370),
+            "backward": (214, 260, 291, 310, 318, 322)},
+    "cudnn": {"causal": (315, 410, 484, 518, 529, 539), "full": (497, 574, 617, 609, 600, 595),
+              "backward": (305, 408, 465, 499, 518, 516)},
+    "fa3": {"causal": (292, 423, 521, 579, 602, 616), "full": (467, 565, 625, 638, 646, 648),
+            "backward": (316, 424, 501, 542, 559, 561)},
+}
+HEAD_DIM_SCALE = {"fa2": (0.876, 1.0, 0.881), "cudnn": (0.694, 1.0, 0.976), "fa3": (0.767, 1.0, 1.167)}   # 64, 128, 256
+HOPPER = ("H100-80GB", "H200-141GB")
+
+
+def _at(values: tuple, seq: float) -> float:
+    x = min(max(math.log2(max(seq, 1.0)), math.log2(SEQS[0])), math.log2(SEQS[-1]))
+    i = min(int(x - 9), len(SEQS) - 2)
+    w = x - (9 + i)
+    return values[i] * (1 - w) + values[i + 1] * w
+
+
+def _head_scale(kernel: str, head_dim: float) -> float:
+    lo, mid, hi = HEAD_DIM_SCALE[kernel]
+    x = min(max(math.log2(head_dim), 6.0), 8.0) - 7.0            # -1 at 64, 0 at 128, 1 at 256
+    return mid + x * (mid - lo) if x < 0 else mid + x * (hi - mid)
+
+
+def rates(kernel: str, seq: float, head_dim: float, causal: bool = True) -> tuple[float, float]:
+    """(forward, backward) TFLOP/s on an H100 SXM5 of `kernel` at this length and head dim."""
+    t = H100_TFLOPS[kernel]
+    fwd = _at(t["causal" if causal else "full"], seq)
+    bwd = _at(t["backward"], seq) * (fwd / _at(t["full"], seq) if causal else 1.0)
+    k = _head_scale(kernel, head_dim)
+    return fwd * k, bwd * k
+
+
+def _combined(fwd: float, bwd: float) -> float:
+    """Forward + backward rate for FLOPs split 1 : 2.5 (the backward recomputes the scores)."""
+    return 3.5 / (1 / fwd + 2.5 / bwd)
+
+
+ANCHOR = _combined(*rates("fa2", SEQS[-1], 128))            # FA2's plateau on H100: 303 TFLOP/s
+
+
+def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUSpec,
+                   profile: HardwareProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU
+    (its heads a/tp, its T = mbs * seq / cp queries against the causal context)."""
+    if gpu.name not in HOPPER and kernel != "fa2":
+        kernel = "fa2"
+    flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
+    head_dim = model.q_dim / model.heads
+    fwd, bwd = rates(kernel, par.seq / (2 * par.cp) if par.cp > 1 else par.seq, head_dim)
+    scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR     # TFLOP/s per table TFLOP/s
+    return flops / (fwd * scale * 1e12), 2.5 * flops / (bwd * scale * 1e12)

@@ -1,0 +1,96 @@
+"""Activation recompute policies, by what each framework means by its names.
+
+"selective" does not mean the same thing everywhere, so `parallel.recompute` names a policy and
+each framework says what its "selective" is:
+
+| recompute   | policy    | what it keeps for backward, per layer | what backward runs again |
+|-------------|-----------|---------------------------------------|--------------------------|
+| none        | none      | everything autograd saves             | nothing                  |
+| core_attn   | core_attn | everything but the attention scores   | the attention core's forward |
+| op_sac      | op_sac    | the layer's input, every other matmul's output, the attention's | the other matmuls, |
+|             |           | output and log-sum-exp, collectives' outputs | every element-wise op |
+| full        | full      | the layer's input                     | the layer's forward      |
+| layer:N     | full on every N-th layer, none on the others | | |
+| selective   | megatron, nanotron, deepspeed: core_attn; fsdp2: op_sac | | |
+
+- core_attn is Megatron's `--recompute-granularity selective` (recompute_modules ["core_attn"]):
+  with flash attention the core keeps only its output and log-sum-exp, so it saves memory only
+  without it (the s x s scores).
+- op_sac is torchtitan's default selective activation checkpointing (mode "op"):
+  `torch.utils.checkpoint.create_selective_checkpoint_contexts` with a policy that must-saves the
+  outputs of compute-intensive ops (torch._functorch.partitioners' compute_intensive_ops: mm,
+  SDPA's flash and efficient kernels, ...) and of reduce-scatter and all-to-all, except every
+  second mm of the block, counted in execution order; the MoE router's gate is forced to
+  recompute (`force_recompute_mm_shapes_by_fqns`), and the experts' grouped GEMMs are not in the
+  save list (torchtitan/distributed/activation_checkpoint.py, SelectiveAC). Everything else
+  (norms, RoPE, activation functions, residual adds) is recomputed.
+- layer:N is torchtitan's earlier layer-level selective AC (`selective_ac_option = N`): every
+  N-th block is wrapped in full checkpointing. layer:1 is full.
+tests/calculators/test_recompute_torch.py checks the bytes against what PyTorch keeps under the
+same torch.utils.checkpoint policy.
+"""
+from __future__ import annotations
+
+import re
+
+from .models import Matmul
+
+STANDARD = ("none", "selective", "full")          # the planner's levels, least memory saved first
+EXPLICIT = ("core_attn", "op_sac")
+MAX_EVERY = 1024
+_LAYER = re.compile(r"layer:([1-9][0-9]{0,3})")
+SELECTIVE = {"fsdp2": "op_sac"}                   # every other framework's "selective" is core_attn
+
+
+def valid(recompute) -> bool:
+    """Whether `recompute` names a policy: STANDARD, EXPLICIT or layer:N (1 <= N <= MAX_EVERY)."""
+    if not isinstance(recompute, str):
+        return False
+    if recompute in STANDARD or recompute in EXPLICIT:
+        return True
+    m = _LAYER.fullmatch(recompute)
+    return bool(m) and 1 <= int(m.group(1)) <= MAX_EVERY
+
+
+def policy(framework: str, recompute: str) -> tuple[str, int]:
+    """(policy, every): the policy each recomputed layer runs and how often a layer runs it (every
+    `every`-th layer; 1: all). `recompute` must be valid()."""
+    if recompute == "selective":
+        return SELECTIVE.get(framework, "core_attn"), 1
+    m = _LAYER.fullmatch(recompute)
+    if m:
+        return "full", int(m.group(1))
+    return recompute, 1
+
+
+def order(recompute: str) -> float:
+    """How much a value recomputes, for ordering (none < core_attn/selective < op_sac < layer:N
+    by 1/N < full): the most of a layout's per-rank values names the layout."""
+    m = _LAYER.fullmatch(recompute)
+    if m:
+        return 3.0 - 1.0 / int(m.group(1))
+    return {"none": 0.0, "selective": 1.0, "core_attn": 1.0, "op_sac": 2.0, "full": 3.0}[recompute]
+
+
+def sac_saved(matmuls: tuple[Matmul, ...]) -> tuple[bool, ...]:
+    """For each of a layer's matmuls (ModelSpec.layer_matmuls order, which is the execution
+    order of torchtitan's blocks: q, k, v, o, then gate/w1, up/w3, down/w2), whether op_sac keeps
+    its output: mm calls are counted in order and every second one is recomputed; the router's
+    gate is forced to recompute and the routed experts' grouped GEMMs are not saved ops, so
+    neither counts."""
+    out, count = [], 0
+    for mm in matmuls:
+        if mm.expert or mm.name == "router":
+            out.append(False)
+            continue
+        count += 1
+        out.append(count % 2 == 1)
+    return tuple(out)
+
+
+def reissue(framework: str, recompute: str) -> float:
+    """The fraction of a layer's forward kernels its backward launches again (the host issues
+    them again too): full 1 (1/N with layer:N); op_sac 1 (every element-wise op and half the
+    matmuls: most of the forward's launches); core_attn and none 0 (one kernel, or none)."""
+    kind, every = policy(framework, recompute)
+    return {"full": 1.0 / every, "op_sac": 1.0}.get(kind, 0.0)

@@ -1,0 +1,208 @@
+"""Two eager PyTorch blocks as the PyTorch-native stacks write them, and two ways of asking
+PyTorch what they cost: the element-wise bytes each op moves, and the bytes kept for backward.
+
+- `TitanBlock`: torchtitan's Llama block (nn.RMSNorm, complex RoPE in fp32, SDPA, separate wq,
+  wk, wv, and w2(silu(w1 x) * w3 x)).
+- `HFBlock`: the Hugging Face Llama block DeepSpeed trains (LlamaRMSNorm upcasting to fp32,
+  rotate_half RoPE in bf16, SDPA, down(silu(gate x) * up x)).
+- `elementwise_bytes` runs a forward and a backward on fake tensors under a TorchDispatchMode and
+  sums, over every op that is not a matmul, attention or a view, the bytes of its inputs and
+  outputs: what each kernel reads and writes in eager mode.
+- `kept_bytes` runs a forward on real (small, CPU) tensors, with or without torchtitan's op-level
+  selective activation checkpointing policy, and sums the storages still alive after it: what
+  autograd and the checkpoint keep for backward.
+"""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+aten = torch.ops.aten
+_VIEWS = {"aten::_unsafe_view", "aten::alias", "aten::expand", "aten::permute", "aten::transpose", "aten::t",
+          "aten::unsqueeze", "aten::squeeze", "aten::reshape", "aten::_reshape_alias", "aten::view_as_complex",
+          "aten::view_as_real", "aten::slice", "aten::select", "aten::detach"}
+_FREE = {"aten::empty", "aten::empty_like", "aten::zeros", "aten::ones_like", "aten::new_empty_strided",
+         "aten::empty_strided", "aten::zeros_like"}
+_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm"}
+
+
+class TitanBlock(nn.Module):
+    def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
+        super().__init__()
+        d = head_dim or h // heads
+        self.a, self.k, self.d = heads, kv_heads, d
+        self.attention_norm, self.ffn_norm = nn.RMSNorm(h, eps=1e-5), nn.RMSNorm(h, eps=1e-5)
+        self.wq, self.wk = nn.Linear(h, heads * d, bias=False), nn.Linear(h, kv_heads * d, bias=False)
+        self.wv, self.wo = nn.Linear(h, kv_heads * d, bias=False), nn.Linear(heads * d, h, bias=False)
+        self.w1, self.w3, self.w2 = (nn.Linear(h, ffn, bias=False), nn.Linear(h, ffn, bias=False),
+                                     nn.Linear(ffn, h, bias=False))
+
+    def rope(self, x, cis):                            # x: (b, s, heads, d); cis: (s, 1, d/2) complex64
+        x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(x_ * cis).flatten(3).type_as(x)
+
+    def forward(self, x, cis):
+        b, s, _ = x.shape
+        y = self.attention_norm(x)
+        q = self.rope(self.wq(y).view(b, s, self.a, self.d), cis)
+        k = self.rope(self.wk(y).view(b, s, self.k, self.d), cis)
+        v = self.wv(y).view(b, s, self.k, self.d)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           enable_gqa=True)
+        h = x + self.wo(o.transpose(1, 2).reshape(b, s, -1))
+        y = self.ffn_norm(h)
+        return h + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+    def tables(self, s):
+        return torch.randn(s, 1, self.d // 2, dtype=torch.complex64)
+
+
+class _HFNorm(nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(h)), 1e-5
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def _rotate_half(x):
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+class HFBlock(nn.Module):
+    def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
+        super().__init__()
+        d = head_dim or h // heads
+        self.a, self.k, self.d = heads, kv_heads, d
+        self.input_layernorm, self.post_attention_layernorm = _HFNorm(h), _HFNorm(h)
+        self.q_proj, self.k_proj = nn.Linear(h, heads * d, bias=False), nn.Linear(h, kv_heads * d, bias=False)
+        self.v_proj, self.o_proj = nn.Linear(h, kv_heads * d, bias=False), nn.Linear(heads * d, h, bias=False)
+        self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(h, ffn, bias=False), nn.Linear(h, ffn, bias=False),
+                                                        nn.Linear(ffn, h, bias=False))
+
+    def forward(self, x, tables):
+        cos, sin = tables
+        b, s, _ = x.shape
+        y = self.input_layernorm(x)
+        q = self.q_proj(y).view(b, s, self.a, self.d).transpose(1, 2)
+        k = self.k_proj(y).view(b, s, self.k, self.d).transpose(1, 2)
+        v = self.v_proj(y).view(b, s, self.k, self.d).transpose(1, 2)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        h = x + self.o_proj(o.transpose(1, 2).contiguous().reshape(b, s, -1))
+        y = self.post_attention_layernorm(h)
+        return h + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+
+    def tables(self, s):
+        return torch.randn(1, 1, s, self.d, dtype=torch.bfloat16), torch.randn(1, 1, s, self.d, dtype=torch.bfloat16)
+
+
+class _Bytes(TorchDispatchMode):
+    """Bytes read and written, and kernels, by every op that is not a matmul, attention or a view."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes, self.kernels = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name
+        if name in _VIEWS or name in _FREE or name in _MATMUL or "attention" in name or name.startswith("prim::") \
+                or func.is_view:
+            return out
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs, out))
+        self.bytes += sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+        self.kernels += 1
+        return out
+
+
+def elementwise_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq) -> dict:
+    """{"forward"/"backward": (bytes, kernels)} of one block's non-matmul ops, from PyTorch itself."""
+    with torch.device("meta"):
+        block = block_cls(h, heads, kv_heads, ffn, head_dim).to(torch.bfloat16)
+    out = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        params = {n: torch.empty(p.shape, dtype=torch.bfloat16, requires_grad=True) for n, p in block.named_parameters()}
+        x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
+        tables = block.tables(seq)
+        with _Bytes() as fwd:
+            y = torch.func.functional_call(block, params, (x, tables))
+        with _Bytes() as bwd:
+            y.backward(torch.ones_like(y))
+    out["forward"], out["backward"] = (fwd.bytes, fwd.kernels), (bwd.bytes, bwd.kernels)
+    return out
+
+
+def torchtitan_op_sac_policy():
+    """torchtitan's SelectiveAC (mode op) policy: must-save the outputs of compute-intensive ops
+    (mm, SDPA) except every second mm of the block, recompute everything else."""
+    from torch._functorch.partitioners import get_default_op_list
+    save = {op.default for op in get_default_op_list().compute_intensive_ops}
+    save.add(aten._scaled_dot_product_flash_attention_for_cpu.default)   # on CPU, what stands for the CUDA flash op
+    mm = (aten.mm.default, aten.linear.default)
+
+    def context():
+        count = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            mode = "recompute" if ctx.is_recompute else "forward"
+            if func in mm:
+                count[mode] += 1
+            if func in save and not (func in mm and count[mode] % 2 == 0):
+                return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+    return context
+
+
+class _Alive(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.refs = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.refs.append((weakref.ref(t.untyped_storage()), t.untyped_storage().nbytes()))
+        return out
+
+
+def kept_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq, policy: str = "none") -> int:
+    """Bytes of the storages created in one forward that are still alive after it (the output's
+    own excluded): what backward keeps, under `policy` none, op_sac (torchtitan's) or full."""
+    torch.manual_seed(0)
+    block = block_cls(h, heads, kv_heads, ffn, head_dim).to(torch.bfloat16)
+    x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
+    tables = block.tables(seq)
+    existing = {t.untyped_storage().data_ptr() for t in [x, *block.parameters(),
+                                                          *torch.utils._pytree.tree_leaves(tables)]}
+    alive = _Alive()
+    with alive:
+        if policy == "none":
+            y = block(x, tables)
+        else:
+            context = torchtitan_op_sac_policy() if policy == "op_sac" else None
+            kwargs = {"context_fn": context} if context else {}
+            y = checkpoint(block, x, tables, use_reentrant=False, **kwargs)
+    out_storage = y.untyped_storage()
+    gc.collect()
+    seen, total = set(existing), 0
+    for ref, nbytes in alive.refs:
+        storage = ref()
+        if storage is None or storage is out_storage or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += nbytes
+    return total
