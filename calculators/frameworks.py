@@ -120,6 +120,40 @@ def param_gather_count(framework: str, zero: int, dp: int, params: float, tensor
     return max(1, layers) if framework == "fsdp2" and zero >= 2 else 1
 
 
+def shard_copy_bytes(framework: str, zero: int) -> tuple[float, float]:
+    """HBM bytes per gathered parameter that sharded data parallelism copies every micro-batch,
+    forward and backward, beside the collectives themselves.
+
+    - fsdp2, ZeRO-3: each all-gather's output is split into the layer's unsharded parameters
+      (split_with_sizes_copy: read 2, write 2 bytes), in forward and again in backward; each
+      reduce-scatter's input is the unsharded bf16 gradients cast and concatenated into the fp32
+      reduce buffer (torchtitan's reduce_dtype: read 2, write 4): (4, 10);
+    - fsdp2, ZeRO-2 (reshard_after_forward=False): one gather per micro-batch, the same
+      reduce-scatter: (4, 6);
+    - deepspeed, ZeRO-3: gathers into contiguous buffers its parameters view, gradients copied into
+      its contiguous reduce buffer (read 2, write 2): (0, 4);
+    - everything else: (0, 0) (buffers the parameters and gradients are views of)."""
+    if framework == "fsdp2" and zero >= 2:
+        return (4.0, 10.0) if zero == 3 else (4.0, 6.0)
+    if framework == "deepspeed" and zero == 3:
+        return 0.0, 4.0
+    return 0.0, 0.0
+
+
+def param_gather_overlapped(framework: str) -> bool:
+    """Whether ZeRO-1/2's all-gather of the updated weights runs beside the next step's forward
+    instead of after the optimizer step.
+
+    - fsdp2 at ZeRO-2 (reshard_after_forward=False): yes, FSDP2 gathers each layer at its forward,
+      prefetching the next one;
+    - megatron: not modelled yet. NVIDIA's recipes set overlap_param_gather (the distributed
+      optimizer launches its all-gathers bucket by bucket ahead of the forward), but hiding them
+      behind the first micro-batch's forward moved the published dense runs by under 1% and the
+      MoE recipes the wrong way, which waits on the MoE layer's own costs;
+    - nanotron and deepspeed: no, the gather follows the optimizer step."""
+    return framework == "fsdp2"
+
+
 def loss_bytes_per_logit(framework: str) -> tuple[tuple[float, int], tuple[float, int]]:
     """HBM bytes per logit, and kernels, of the loss's element-wise passes over the bf16 logits:
     ((forward bytes, kernels), (backward bytes, kernels)).

@@ -19,7 +19,7 @@ from . import activations as act
 from .frameworks import bytes_per_param, retained_buffers
 from .hardware import ClusterSpec
 from .models import ModelSpec
-from .parallel import ParallelConfig, check_layout
+from .parallel import ParallelConfig, check_layout, virtual_split
 from .pipeline import inflight_microbatches
 from .schedules import n_stages, stages_of_rank
 
@@ -87,9 +87,10 @@ def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
     """Contiguous layer indices of each pipeline stage, first to last (p*v stages interleaved,
     2p with DualPipeV; stage i runs on schedules.stages_of_rank's rank).
 
-    Even split, earlier stages taking the remainder (np.array_split). `par.split` (the planner's
-    choice, or Megatron's embedding-and-loss split, parallel.megatron_split) gives each stage its
-    count. nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and
+    Even split, earlier stages taking the remainder (np.array_split); interleaved virtual stages
+    that the layers do not divide take Megatron's embedding-and-loss split where Megatron runs them
+    and it divides (parallel.virtual_split: Llama 3 405B's 126 layers over 64 stages, 1, 2, ..., 2,
+    1). `par.split` (the planner's choice, or the caller's) gives each stage its count. nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and
     a rank is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072,
     p=4: the output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
     Cached (tuples, shared): the planner asks for the same few splits thousands of times.
@@ -103,6 +104,8 @@ def _stages(model: ModelSpec, framework: str, schedule: str, p: int, v: int, spl
     chunks = n_stages(schedule, p, v)
     if framework == "nanotron" and chunks == p > 1 and not split:   # one stage per rank: its cost split
         return _cost_split(model, p)
+    if not split and schedule == "interleaved":     # uneven virtual stages: Megatron's split where it runs
+        split = virtual_split(L, p, v, framework)
     sizes = list(split) if split else [L // chunks + (1 if i < L % chunks else 0) for i in range(chunks)]
     starts = [sum(sizes[:i]) for i in range(chunks)]
     return tuple(tuple(range(st, st + n)) for st, n in zip(starts, sizes))

@@ -12,7 +12,7 @@ from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
 from .frameworks import MAX_ZERO_WITH_PP
-from .hardware import ClusterSpec
+from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
 from .recompute import STANDARD as RECOMPUTE, order as recompute_order, valid as recompute_valid
 
@@ -153,9 +153,13 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if v > 1:
         require(p, par.schedule == "interleaved",
                 lambda: f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
-        require(p, model.layers % (pp * v) == 0 or par.split,
-                lambda: f"interleaved needs layers={model.layers} divisible by pp*vpp = {pp * v}, or a split that "
-                        f"gives each of the {pp * v} stages its layers" + _megatron_hint(model.layers, pp * v))
+        if model.layers % (pp * v) and not par.split and model.layers >= pp * v:
+            auto = virtual_split(model.layers, pp, v, par.framework)
+            w.append(f"layers={model.layers} do not divide pp*vpp = {pp * v} stages: "
+                     + (f"they follow Megatron's split counting the embedding and the loss as layers "
+                        f"(split={','.join(map(str, auto[:2]))},...,{','.join(map(str, auto[-2:]))})" if auto else
+                        f"the first {model.layers % (pp * v)} stages take one layer more")
+                     + "; set parallel.split to choose another")
     if par.schedule == "interleaved":
         require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
         require(p, m % pp == 0,
@@ -191,6 +195,11 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if t > cluster.gpus_per_node:
         w.append(f"tp={t} spans more than one node ({cluster.gpus_per_node} GPUs each): its collectives "
                  "cross the slow inter-node network")
+    if not cluster.gpu.intra_node_gbps and cluster.intra_node_gbps == DEFAULT_NETWORK["intra_node_gbps"] or \
+            not cluster.gpu.inter_node_gbps and cluster.inter_node_gbps == DEFAULT_NETWORK["inter_node_gbps"]:
+        w.append(f"hardware.gpu {cluster.gpu.name!r} gives no link bandwidths: using a DGX H100-class node's, "
+                 f"{DEFAULT_NETWORK['intra_node_gbps']:g} GB/s NVLink and {DEFAULT_NETWORK['inter_node_gbps']:g} GB/s "
+                 "per GPU across nodes (set intra_node_gbps and inter_node_gbps)")
     if par.precision == "fp8" and cluster.gpu.fp8_tflops <= 0:
         p.append(f"{cluster.gpu.name} has no FP8 tensor cores; use precision 'bf16'")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
@@ -223,15 +232,6 @@ def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWOR
         return megatron_split(layers, p * v)
     except ConfigError:
         return ()
-
-
-def _megatron_hint(layers: int, stages: int) -> str:
-    try:
-        n = megatron_split(layers, stages)
-    except ConfigError:
-        return ""
-    return (f" (Megatron's, counting the embedding and the loss as layers: "
-            f"split={n[0]},{n[1]},...,{n[-2]},{n[-1]})")
 
 
 def _divisors(n: int, cap: int) -> list[int]:

@@ -45,7 +45,7 @@ from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .frameworks import (grad_accumulation_bytes, grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count,
-                         tp_backward_overlapped)
+                         param_gather_overlapped, shard_copy_bytes, tp_backward_overlapped)
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -163,6 +163,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
     # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
     acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
+    copies = shard_copy_bytes(par.framework, par.zero) if par.dp * par.cp > 1 else (0.0, 0.0)
     tp_g = group("tp", par, cluster)
     scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
@@ -171,10 +172,13 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             comm = _layer_comm(model, par, cluster, profile, moe, lt)
             exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
             exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
-            acc = acc_bytes and memory_time(acc_bytes * sum(kind_params(model, par, moe)),
-                                            sum(_layer_tensors(model, par, moe)), gpu, profile)
-            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f, lt.backward_input + exp_b, lt.backward_weight + acc,
-                                                   profile, reissue(par.framework, mode), scale)
+            params, tensors = sum(kind_params(model, par, moe)), sum(_layer_tensors(model, par, moe))
+            acc = acc_bytes and memory_time(acc_bytes * params, tensors, gpu, profile)
+            # sharded data parallelism's copies around its gathers and reduce-scatters
+            copy_f, copy_b = (c and memory_time(c * params, tensors, gpu, profile) for c in copies)
+            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f + copy_f, lt.backward_input + exp_b,
+                                                   lt.backward_weight + acc + copy_b, profile,
+                                                   reissue(par.framework, mode), scale)
             parts[(moe, mode)] = (lt, comm, waits)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
@@ -292,6 +296,7 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
         n_moe = model.moe_layers_in(rank_layers)
         compute = sum(f[st] + b[st] + w[st] for st in mine)
         last_bwd = sum(b[st] + w[st] for st in mine)
+        first_fwd = sum(f[st] for st in mine)
         signature = (len(rank_layers), n_moe, 0 in mine, S - 1 in mine, compute, last_bwd)
         if signature in seen:
             continue
@@ -308,7 +313,7 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
                 dense += model.vocab * model.hidden / par.tp
                 tensors[0] += 2                       # the embedding or output matrix, and a norm
         sync, exposed_extra, hidden_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
-                                                     expert_g, grad_bytes, tensors, len(rank_layers))
+                                                     expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
@@ -345,10 +350,13 @@ def _layer_tensors(model, par, moe: bool) -> tuple[int, int]:
 
 
 def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1),
-             units=1):
-    """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO-3 traffic hidden behind
+             units=1, first_fwd=0.0):
+    """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO traffic hidden behind
     compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
-    all-gathers in its gather units (frameworks.py); every collective pays its latency."""
+    all-gathers in its gather units (frameworks.py); every collective pays its latency. Where the
+    framework overlaps those all-gathers with the next step's forward
+    (frameworks.param_gather_overlapped), all but the first unit hide behind the rank's forward of
+    its first micro-batch (`first_fwd`)."""
     sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
     for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):
         if params <= 0 or g.size <= 1:
@@ -361,14 +369,23 @@ def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g
                                         profile)
             if par.zero:
                 k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
-                exposed_extra += k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+                gather = k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+                hidden = min(gather * (1 - 1 / k), profile.overlap["dp"] * first_fwd) \
+                    if param_gather_overlapped(par.framework) else 0.0
+                exposed_extra, hidden_extra = exposed_extra + gather - hidden, hidden_extra + hidden
         else:   # ZeRO-3: per layer, gather weights for forward and backward, reduce-scatter grads,
-            # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap)
+            # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap). Each
+            # layer's gather is prefetched behind the previous layer's compute and its reduce-
+            # scatter runs behind the next one's, but the step's first gather has nothing before it
+            # and its last reduce-scatter nothing after: those two wait.
             k = max(1, units)
-            per_mb = k * (2 * collective_time("all_gather", BF16 * params / k, g, cluster, profile) +
-                          collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile))
+            gather = collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+            scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile)
+            per_mb = k * (2 * gather + scatter)
             hidden = min(per_mb, profile.overlap["zero3"] * compute)
-            exposed_extra, hidden_extra = exposed_extra + m * (per_mb - hidden), hidden_extra + m * hidden
+            edges = min(gather + scatter, m * hidden)
+            exposed_extra += m * (per_mb - hidden) + edges
+            hidden_extra += m * hidden - edges
     return sync, exposed_extra, hidden_extra
 
 
