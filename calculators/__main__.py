@@ -109,7 +109,7 @@ def _read_request(path: str | None) -> bytes:
         data = sys.stdin.buffer.read(limits.MAX_JSON_BYTES + 1)
     else:
         if not os.path.isfile(path):
-            raise ConfigError(f"{show(path)} is not a regular file")
+            raise ConfigError(f"--file {show(path)}: " + ("not a regular file" if os.path.exists(path) else "no such file"))
         with open(path, "rb") as fh:
             data = fh.read(limits.MAX_JSON_BYTES + 1)
     if len(data) > limits.MAX_JSON_BYTES:
@@ -165,7 +165,8 @@ def cmd_memory(args) -> int:
         if args.config:
             from .hf_config import from_hf_config
             if not os.path.isfile(args.config):
-                raise ConfigError(f"--config {show(args.config)} is not a regular file")
+                raise ConfigError(f"--config {show(args.config)}: " + ("not a regular file" if os.path.exists(args.config)
+                                                                        else "no such file"))
             with open(args.config, "rb") as fh:
                 model = from_hf_config(fh.read(limits.MAX_JSON_BYTES + 1))
         else:
@@ -217,7 +218,9 @@ def main(argv=None) -> int:
     m.add_argument("--gpu", default="H100-80GB", choices=list(GPU_PRESETS))
     m.add_argument("--nodes", type=int, default=1)
     m.add_argument("--gpus-per-node", type=int, default=8)
-    for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs"):
+    m.add_argument("--dp", type=int, default=None, help="data-parallel replicas (default: what the cluster leaves, "
+                                                          "GPUs / (tp*pp*cp))")
+    for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs"):
         m.add_argument(f"--{k}", type=int, default=0 if k == "zero" else 1)
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")
     m.add_argument("--seq", type=int, default=4096)
@@ -240,6 +243,13 @@ def main(argv=None) -> int:
             print(f"{g.name:<11} {g.memory_gib:7.2f} GiB  bf16 {g.bf16_tflops:7.1f}  fp8 {g.fp8_tflops:7.1f} TFLOP/s  "
                   f"HBM {g.hbm_tbps} TB/s  ({g.source})")
         return 0
+    if args.dp is None:
+        gpus, split = args.nodes * args.gpus_per_node, args.tp * args.pp * args.cp
+        if split < 1 or gpus % split:
+            print(f"error: tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {split} does not divide the {args.nodes} x "
+                  f"{args.gpus_per_node} = {gpus} GPUs; change a size or give --dp", file=sys.stderr)
+            return 2
+        args.dp = gpus // split
     if not args.gbs:
         args.gbs = args.dp * args.mbs
     return cmd_memory(args)

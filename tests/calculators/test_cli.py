@@ -74,8 +74,15 @@ def test_memory_table():
                   "--gbs", "64", "--seq", "8192", "--zero", "1")
     assert out.returncode == 0, out.stderr
     assert "most loaded GPU: stage 0" in out.stdout and out.stdout.count("\n    ") >= 4
-    bad = run_cli("memory", "--model", "llama3-70b", "--tp", "3")
+    bad = run_cli("memory", "--model", "llama3-70b", "--tp", "3", "--dp", "1", "--gpus-per-node", "3")
     assert bad.returncode == 2 and "tp=3 must divide heads=64" in bad.stderr
+    # dp left out: what the cluster leaves, or an error saying why there is none
+    inferred = run_cli("memory", "--model", "llama3-70b", "--nodes", "8", "--tp", "8", "--pp", "4", "--sp")
+    assert inferred.returncode == 0 and "dp=2 tp=8 pp=4" in inferred.stdout, inferred.stderr
+    odd = run_cli("memory", "--model", "llama3-70b", "--tp", "3")
+    assert odd.returncode == 2 and "tp*pp*cp = 3*1*1 = 3 does not divide the 1 x 8 = 8 GPUs" in odd.stderr
+    missing = run_cli("memory", "--config", "no/such/config.json")
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Errno" not in missing.stderr
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True)
