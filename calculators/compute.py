@@ -91,9 +91,13 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
     saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
     for mm in fused_matmuls(mms, par.framework):
         if mm.expert:
-            # ep GPUs' tokens spread over E experts; this GPU runs E/ep of them, each on ep*T*K/E tokens
+            # the expert group's tokens spread over E experts; this GPU runs E/ep of them, each on
+            # ep*Tr*K/E tokens (times the routing imbalance on the busiest rank, which the others wait
+            # for). Tr, the tokens a rank routes: with sequence parallelism its T/tp shard, gathered
+            # over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp
             E, K = model.moe.experts, model.moe.top_k
-            tokens = par.ep * T * K / E
+            routed = T * par.etp / par.tp if par.sp else T
+            tokens = par.ep * routed * K / E * par.moe_imbalance
             g = gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
         elif mm.tp == "col":
             g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)

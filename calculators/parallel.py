@@ -39,6 +39,9 @@ class ParallelConfig:
     tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
     dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP or
                                   # HybridEP: one copy per node over the network, forwarded on NVLink)
+    ep_overlap: bool = False     # MoE dispatch and combine run under another micro-batch's compute
+                                 # (Megatron's overlap_moe_expert_parallel_comm; DualPipe does it always)
+    moe_imbalance: float = 1.0   # tokens the busiest expert rank receives over the balanced share
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
@@ -60,7 +63,7 @@ class ParallelConfig:
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
-        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile"),
+        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS})
         require(p, recompute_valid(self.recompute),

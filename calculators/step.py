@@ -107,12 +107,15 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
     if moe_layer and par.ep > 1:
         g = expert_group("ep", par, cluster)
         mine, moe = act / (par.tp if par.sp else 1), model.moe
-        a2a = 2 * (dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
-                   else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
-        # DualPipe pairs one micro-batch's forward with another's backward: each one's dispatch and
-        # combine run under the other's compute, so they hide as far as that compute lasts
+        a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
+            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
+            else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
+        # DualPipe, and Megatron's overlap_moe_expert_parallel_comm in 1F1B, pair one micro-batch's
+        # forward with another's backward: each one's dispatch and combine run under the other's
+        # compute, so they hide as far as that compute lasts
         paired = lt.total - lt.recompute                  # the layer's forward and backward
-        hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" else profile.overlap["ep"]
+        hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" or par.ep_overlap \
+            else profile.overlap["ep"]
         out["ep"] = (a2a, a2a, hidden, hidden)
     return out
 

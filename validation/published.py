@@ -44,7 +44,8 @@ SOURCES = {
 }
 SYSTEMS = {"DGX-H100": "H100-80GB", "DGX-B200": "B200", "H100-SXM": "H100-80GB"}
 COLUMNS = ("source", "release", "system", "model", "gpus", "precision", "gbs", "mbs", "seq", "zero", "tp", "pp",
-           "cp", "vpp", "ep", "etp", "tp_overlap", "dispatcher", "recompute", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "split", "note")
+           "cp", "vpp", "ep", "etp", "tp_overlap", "dispatcher", "ep_overlap", "recompute", "tokens_per_s_per_gpu",
+           "model_tflops_per_gpu", "split", "note")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ def _run(row: dict) -> PublishedRun:
     ints = {k: int(row[k]) for k in ("gpus", "gbs", "mbs", "seq", "zero", "tp", "pp", "cp", "vpp", "ep", "etp")}
     if row["tp_overlap"] not in ("yes", "no"):
         raise ValueError(f"tp_overlap must be yes or no (got {row['tp_overlap']!r})")
+    if row["ep_overlap"] not in ("", "yes", "no"):
+        raise ValueError(f"ep_overlap must be yes, no or empty (got {row['ep_overlap']!r})")
     if row["dispatcher"] not in ("", *DISPATCHERS):
         raise ValueError(f"dispatcher must be empty (no experts) or one of {DISPATCHERS} (got {row['dispatcher']!r})")
     if row["split"] not in ("", "megatron"):
@@ -117,7 +120,8 @@ def _run(row: dict) -> PublishedRun:
     par = ParallelConfig(dp=gpus // (ints["tp"] * ints["pp"] * ints["cp"]), tp=ints["tp"], pp=ints["pp"],
                          cp=ints["cp"], ep=ints["ep"], etp=ints["etp"], vpp=ints["vpp"], zero=ints["zero"],
                          sp=ints["tp"] > 1, tp_overlap=row["tp_overlap"] == "yes", mbs=ints["mbs"], gbs=ints["gbs"],
-                         dispatcher=row["dispatcher"] or "alltoall", recompute=row["recompute"] or "none",
+                         dispatcher=row["dispatcher"] or "alltoall", ep_overlap=row["ep_overlap"] == "yes",
+                         recompute=row["recompute"] or "none",
                          seq=ints["seq"], precision=row["precision"],
                          schedule="interleaved" if ints["vpp"] > 1 else "1f1b", framework="megatron", split=split)
     cluster = ClusterSpec(gpu_from_name(SYSTEMS[row["system"]]), nodes=max(1, gpus // per_node),

@@ -354,3 +354,19 @@ def test_summing_micro_batch_gradients_and_the_loss_cost_their_memory_passes():
     hbm = H100.hbm_tbps * 1e12 * gpu_only.hbm_fraction
     assert of_n - of_m == pytest.approx((38 - 8) * logits / hbm)
     assert ob_n - ob_m == pytest.approx((14 - 8) * logits / hbm)
+
+
+def test_routing_imbalance_and_megatrons_expert_parallel_overlap():
+    """The busiest expert rank sets the pace: an imbalance of 1.5 costs its experts' GEMMs and its
+    dispatch half again. Megatron's overlap_moe_expert_parallel_comm hides the dispatch under
+    another micro-batch's compute, as DualPipe does."""
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(H100, nodes=4)
+    par = ParallelConfig(dp=32, ep=8, gbs=256, seq=4096, dispatcher="deepep")
+    base = estimate_step(qwen, cluster, par, PROF)
+    skewed = estimate_step(qwen, cluster, replace(par, moe_imbalance=1.5), PROF)
+    assert skewed.breakdown["ep_exposed"] == pytest.approx(1.5 * base.breakdown["ep_exposed"])
+    assert skewed.time_s > base.time_s
+    overlapped = estimate_step(qwen, cluster, replace(par, ep_overlap=True), PROF)
+    assert overlapped.breakdown.get("ep_exposed", 0.0) < 0.1 * base.breakdown["ep_exposed"]
+    assert overlapped.time_s < base.time_s
