@@ -11,7 +11,7 @@ Sizes that cost time or memory, and why the limit is where it is:
 - GPUs: the planner enumerates the divisors of the GPU count; 1,048,576 is 16 times the largest
   cluster a training run has been reported on.
 - gbs (sequences) and seq (tokens): 2^24 each. A pipeline step is simulated op by op up to
-  `pipeline.SIM_OPS`; longer ones are extrapolated from two shorter simulations (within 0.01%),
+  `pipeline.SIM_OPS`; longer ones are extrapolated from two shorter simulations (within 0.5%),
   so a large batch costs no more time than a small one.
 
 A call's time budget (`time_budget`) is cooperative: long loops (the planner's search, the

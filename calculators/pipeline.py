@@ -112,10 +112,10 @@ def simulate_long(schedule: str, p: int, m: int, v: int, f, b, w, p2p: float) ->
     same time, so the makespan is extrapolated from two simulations with m1 = 32p + (m mod p) and
     m1 + 16p micro-batches (the same residue, so interleaved rounds and DualPipe's pairs line up),
     and each rank's busy time is m times its time per micro-batch: (timeline, "extrapolated"). On
-    random stage costs and p2p times the extrapolation is within 0.01% of a full simulation for
-    every schedule (tests/calculators/test_pipeline.py; shorter pairs left up to 0.2%: a steady
-    state can take tens of rounds to settle, and repeat over several of them). When even those are
-    over SIM_OPS: (None, "closed form"), and the caller uses its closed form."""
+    random stage costs and p2p times the extrapolation is within 0.5% of a full simulation for
+    every schedule, most often within 1e-12 (tests/calculators/test_pipeline.py: a steady state
+    can take tens of rounds to settle, and repeat over several of them). When even those are over
+    SIM_OPS: (None, "closed form"), and the caller uses its closed form."""
     S = n_stages(schedule, p, v)
     if S * m <= SIM_OPS:
         return simulate(schedule, p, m, v, f=f, b=b, w=w, p2p=p2p, record=False), "simulated"

@@ -101,7 +101,11 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
     if par.cp > 1:
         kv = BF16 * T * 2 * model.kv_dim / par.tp
         g = group("cp", par, cluster)
-        fwd = collective_time("all_gather", kv * par.cp, g, cluster, profile)
+        # Megatron/Transformer Engine pass each rank's K and V around the ring, cp - 1 sends per
+        # layer, each under the attention of the chunk already there (cp_comm_type p2p); torch's
+        # context parallelism (torchtitan) all-gathers them (its default rotate method)
+        fwd = (par.cp - 1) * collective_time("p2p", kv, g, cluster, profile) if par.framework == "megatron" else \
+            collective_time("all_gather", kv * par.cp, g, cluster, profile)
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
         out["cp"] = (fwd, 2 * fwd, hidden, hidden)
     if moe_layer and par.ep > 1:

@@ -40,11 +40,14 @@ def test_kernels_by_framework_and_gpu():
                                                                                               prof)
 
 
-def test_context_parallel_chunks_run_at_their_own_length():
-    """The load-balanced ring computes attention between chunks of seq / (2 cp) tokens."""
+def test_context_parallel_chunks_run_at_their_own_length_mostly_unmasked():
+    """The load-balanced ring computes attention between chunks of seq / (2 cp) tokens, and only
+    the step on a rank's own chunks is masked: 1/cp of the work at the causal rate."""
     gpu, prof = gpu_from_name("H100-80GB"), default_profile("H100-80GB")
     one = sum(attention.attention_time(L8B, ParallelConfig(mbs=1, seq=4096), "cudnn", gpu, prof))
     ring = sum(attention.attention_time(L8B, ParallelConfig(mbs=1, seq=16384, cp=4), "cudnn", gpu, prof))
-    # four times the context per query at a quarter of the queries, at the 2k chunks' lower rate
-    rate_4k, rate_2k = attention.rates("cudnn", 4096, 128), attention.rates("cudnn", 2048, 128)
-    assert ring / one == pytest.approx(4 * (1 / rate_2k[0] + 2.5 / rate_2k[1]) / (1 / rate_4k[0] + 2.5 / rate_4k[1]))
+    (f4, b4), (cf, cb), (ff, fb) = (attention.rates("cudnn", 4096, 128), attention.rates("cudnn", 2048, 128),
+                                    attention.rates("cudnn", 2048, 128, causal=False))
+    per_flop = (0.25 / cf + 0.75 / ff) + 2.5 * (0.25 / cb + 0.75 / fb)
+    # four times the context per query at a quarter of the queries
+    assert ring / one == pytest.approx(4 * per_flop / (1 / f4 + 2.5 / b4))
