@@ -218,6 +218,17 @@ def inflight_microbatches(schedule: str, pp: int, vpp: int, m: int, rank: int) -
     return _peaks(schedule, pp, vpp if schedule == "interleaved" else 1, m)[rank]
 
 
-def closed_form_bubble(schedule: str, p: int, v: int, m: int) -> float:
-    """The textbook bubble fraction, for comparison: (p-1)/m, or (p-1)/(v m) interleaved."""
-    return (p - 1) / (v * m) if schedule == "interleaved" else (p - 1) / m
+def closed_form_bubble(schedule: str, p: int, v: int, m: int, f: float = 1.0, i: float = 1.0,
+                       w: float = 1.0) -> float | None:
+    """The textbook bubble (idle time of a rank over its compute) with equal stages and free p2p,
+    for a forward f, input-backward i and weight-backward w per micro-batch and stage: (p-1)/m for
+    GPipe and 1F1B, (p-1)/(v m) interleaved, (p-1)(f + i - w)/(m (f + i + w)) for ZB-H1 (Qi et al.
+    2023: its W's fill the drain; a third of 1F1B's when f = i = w). DualPipeV has none in this
+    form (its bubble depends on how forward and backward pairs overlap): None."""
+    if schedule == "interleaved":
+        return (p - 1) / (v * m)
+    if schedule == "zb":
+        return (p - 1) * max(0.0, f + i - w) / (m * (f + i + w))
+    if schedule in ("gpipe", "1f1b"):
+        return (p - 1) / m
+    return None

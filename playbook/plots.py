@@ -140,10 +140,11 @@ def gantt(ops, p: int, title: str, split: bool) -> Figure:
         if xs:
             data.append(_bar(KIND_NAME[kind], xs, ys, base=base, orientation="h", text=text,
                              marker=dict(color=color, line=dict(width=0.5, color="white")),
-                             textposition="inside", insidetextanchor="middle",
+                             textposition="inside", insidetextanchor="middle", textangle=0,
                              hovertemplate="micro-batch %{text}<extra></extra>"))
-    return _figure(data, title, "time (one rank's forward = 1)", "", height=120 + 32 * p, barmode="overlay",
-                   bargap=0.15, yaxis=dict(autorange="reversed"))
+    # a row tall enough to read; micro-batch numbers upright, hidden where a bar is too narrow
+    return _figure(data, title, "time (one rank's forward = 1)", "", height=170 + 46 * p, barmode="overlay",
+                   bargap=0.15, yaxis=dict(autorange="reversed"), uniformtext=dict(mode="hide", minsize=9))
 
 
 def roofline(peak_tflops: float, hbm_tbps: float, points, title: str) -> Figure:

@@ -32,11 +32,23 @@ def compute(v: dict):
     split = sched in ("zb", "dualpipe")
     half = float(v["b"]) / 2 / vv
     t = simulate(sched, p, m, vv, f=f, b=half, w=half, p2p=float(v["p2p"]))
-    text = (f"Bubble **{t.bubble_fraction:.1%}** of the busiest rank's compute (closed form for equal stages: "
-            f"{closed_form_bubble(sched, p, vv, m):.1%}); peak in-flight micro-batches per rank (in the rank's "
-            f"layers): {', '.join(f'{x:g}' for x in t.peak_inflight)}. Time unit: one forward of a whole rank.")
+    closed = closed_form_bubble(sched, p, vv, m, f, half, half)
+    idle = t.makespan - max(t.busy)
+    text = (f"The busiest rank idles **{idle / t.makespan:.0%} of the step**: its idle time is "
+            f"**{t.bubble_fraction:.2f} x its compute** (the bubble ratio"
+            + (f"; closed form for equal stages and free sends: {closed:.2f}" if closed is not None else
+               "; DualPipeV has no closed form of this kind, the simulation is the answer")
+            + f"). Peak in-flight micro-batches per rank (in the rank's layers): "
+            f"{', '.join(f'{x:g}' for x in t.peak_inflight)}. Time unit: one forward of a whole rank."
+            + ("" if sched == "interleaved" else " The v slider applies to the interleaved schedule only."))
     return gantt(t.ops, p, f"{sched}: p={p}, m={m}" + (f", v={vv}" if vv > 1 else ""), split), text
 
 
 def build(wid: str, params: dict) -> Widget:
-    return simple_widget(wid, params, CONTROLS, compute, "pipeline schedule")
+    w = simple_widget(wid, params, CONTROLS, compute, "pipeline schedule")
+    if "schedule" in w.controls and "v" in w.controls:
+        # v (virtual stages) means something for the interleaved schedule only
+        w.controls["v"].interactive = w.defaults["schedule"] == "interleaved"
+        w.controls["schedule"].change(lambda s: gr.update(interactive=s == "interleaved"), w.controls["schedule"],
+                                      w.controls["v"], api_visibility="private", show_progress="hidden", queue=False)
+    return w

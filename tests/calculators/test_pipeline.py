@@ -66,7 +66,9 @@ def test_zero_bubble_schedules_cut_the_bubble_to_a_third():
     # ZB-H1 (Qi et al. 2023): with F = B = W the bubble is (p-1)(F+B-W) = a third of 1F1B's.
     for p, m in [(4, 8), (8, 32), (16, 64)]:
         zb = simulate("zb", p, m, f=1, b=1, w=1).bubble_fraction
-        assert zb == pytest.approx((p - 1) / (3 * m))
+        assert zb == pytest.approx((p - 1) / (3 * m)) == pytest.approx(closed_form_bubble("zb", p, 1, m))
+        uneven = simulate("zb", p, m, f=1, b=0.8, w=0.6).bubble_fraction    # the general ZB-H1 form
+        assert uneven == pytest.approx(closed_form_bubble("zb", p, 1, m, 1, 0.8, 0.6), rel=0.02)
         assert simulate("dualpipe", p, m, f=1, b=1, w=1).bubble_fraction <= zb + 1e-9
 
 
