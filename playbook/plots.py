@@ -17,6 +17,9 @@ from playbook import escape
 
 ROLES = [("weights_gib", "weights"), ("grads_gib", "gradients"), ("master_gib", "fp32 master"),
          ("optimizer_gib", "Adam moments"), ("activations_gib", "activations"), ("other_gib", "buffers")]
+# one colour per memory role, in every chart that shows memory
+ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "fp32 master": "#72b7b2", "Adam moments": "#54a24b",
+              "activations": "#e45756", "buffers": "#b279a2"}
 HIDDEN = "/"
 KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
 KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}
@@ -48,12 +51,15 @@ def _template() -> dict:
 def _figure(data: list, title: str, x: str = "", y: str = "", height: int = 420, lines=(), **layout) -> Figure:
     """One figure: traces, titles, and `lines` = [("h" | "v", at, color, dash, label)] spanning the plot."""
     shapes, notes = [], []
-    for axis, at, color, dash, label in lines:
+    for n, (axis, at, color, dash, label) in enumerate(lines):
         span = dict(x0=0, x1=1, xref="paper", y0=at, y1=at) if axis == "h" else dict(y0=0, y1=1, yref="paper", x0=at, x1=at)
         shapes.append(dict(type="line", line=dict(color=color, dash=dash), **span))
-        where = (dict(x=1, xref="paper", y=at, xanchor="right", yanchor="bottom") if axis == "h"
+        # horizontal lines' labels alternate: above at the right, below at the left, so two close
+        # lines (capacity and the usable share) never print over each other
+        where = (dict(x=1 - n % 2, xref="paper", y=at, xanchor="left" if n % 2 else "right",
+                      yanchor="top" if n % 2 else "bottom") if axis == "h"
                  else dict(x=at, y=1, yref="paper", xanchor="left", yanchor="top"))
-        notes.append(dict(text=label, showarrow=False, **where))
+        notes.append(dict(text=label, showarrow=False, font=dict(color=color), **where))
     base = dict(title=dict(text=escape.plot(title)), height=height, margin=dict(l=55, r=20, t=60, b=45),
                 legend=dict(orientation="h", y=-0.2), shapes=shapes, annotations=notes)
     for axis, text in (("xaxis", x), ("yaxis", y)):
@@ -69,8 +75,8 @@ def memory_by_stage(memory: dict, title: str) -> Figure:
     """Stacked bar per pipeline stage with capacity and usable-memory lines (memory_dict output)."""
     stages = memory["per_stage"]
     x = [f"stage {s['stage']}" for s in stages]
-    data = [_bar(label, x, [s[key] for s in stages], hovertemplate=f"{label}: %{{y:.2f}} GiB<extra></extra>")
-            for key, label in ROLES]
+    data = [_bar(label, x, [s[key] for s in stages], marker=dict(color=ROLE_COLOR[label]),
+                 hovertemplate=f"{label}: %{{y:.2f}} GiB<extra></extra>") for key, label in ROLES]
     cap, usable = memory["capacity_gib"], memory["usable_gib"]
     return _figure(data, title, "", "GiB per GPU", barmode="stack", legend=dict(orientation="h", y=-0.15),
                    lines=[("h", cap, "#b00", "solid", f"capacity {cap:.1f} GiB"),
@@ -80,10 +86,10 @@ def memory_by_stage(memory: dict, title: str) -> Figure:
 def stacked_phases(phases, capacity_gib: float, title: str) -> Figure:
     """[(phase, {role: GiB})] as stacked bars, with the capacity line."""
     x = [p for p, _ in phases]
-    data = [_bar(role, x, [r[role] for _, r in phases], hovertemplate=f"{role}: %{{y:.2f}} GiB<extra></extra>")
-            for role in phases[0][1]]
-    return _figure(data, title, "", "GiB", barmode="stack",
-                   lines=[("h", capacity_gib, "#b00", "solid", f"capacity {capacity_gib:.0f} GiB")])
+    data = [_bar(role, x, [r[role] for _, r in phases], marker=dict(color=ROLE_COLOR.get(role)),
+                 hovertemplate=f"{role}: %{{y:.2f}} GiB<extra></extra>") for role in phases[0][1]]
+    return _figure(data, title, "", "GiB per GPU", barmode="stack",
+                   lines=[("h", capacity_gib, "#b00", "solid", f"capacity {capacity_gib:.1f} GiB")])
 
 
 def lines(xs, series: dict, x: str, y: str, title: str, log_x=False, log_y=False, marker_x=None) -> Figure:
@@ -104,7 +110,10 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
         data.append(_bar(key.replace("_", " "), [value], ["hidden behind compute" if hidden else "step time"],
                          orientation="h", marker=dict(pattern=dict(shape=HIDDEN if hidden else "")),
                          hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"))
-    return _figure(data, title, "seconds per step", "", height=300, barmode="stack")
+    # the legend beside the bars, not under them, where it sat on the x-axis title
+    return _figure(data, title, "seconds per step", "", height=320, barmode="stack",
+                   legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                   margin=dict(l=150, r=20, t=60, b=50))
 
 
 def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
