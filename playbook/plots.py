@@ -168,6 +168,13 @@ def roofline(peak_tflops: float, hbm_tbps: float, points, title: str) -> Figure:
                    yaxis=dict(type="log"))
 
 
+def placeholder(message: str) -> Figure:
+    """A small empty figure that says why there is nothing to draw (instead of an empty box)."""
+    return _figure([], "", height=160, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                   annotations=[dict(text=escape.plot(message), showarrow=False, x=0.5, y=0.5, xref="paper",
+                                     yref="paper", font=dict(size=14, color="#555"))])
+
+
 def plans_bar(plans: list[dict]) -> Figure:
     """Each plan's step time by part (the planner's answer)."""
     labels = [f"#{p['rank']} {p['label']}" for p in plans]

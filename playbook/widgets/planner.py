@@ -7,13 +7,13 @@ import functools
 import gradio as gr
 
 from calculators import limits
-from calculators.errors import ConfigError
 from calculators.export import FORMATS
 from calculators.hardware import GPU_PRESETS
 from calculators.parallel import FRAMEWORKS
 from calculators.presets import MODEL_PRESETS
 from calculators.scenario import plan_answer
-from playbook.plots import plans_bar
+from playbook import escape
+from playbook.plots import placeholder, plans_bar
 
 from . import Widget, controls_row, wire
 
@@ -27,7 +27,7 @@ CONTROLS = {
                                 maximum=limits.MAX_BATCH), 512),
     "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
-    "deepep": (lambda v: gr.Checkbox(v, label="MoE: DeepEP installed (a token crosses to a node once)"), False),
+    "deepep": (lambda v: gr.Checkbox(v, label="DeepEP installed (MoE)"), False),
     "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
 }
 COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
@@ -50,15 +50,17 @@ def compute(v: dict):
     ans = _plan(v["model"], v["gpu"], int(v["nodes"]), int(v["seq"]), int(v["gbs"]), v["recompute"], v["framework"],
                 bool(v["deepep"]))
     if ans["impossible"]:
-        raise ConfigError(f"{ans['impossible']}" + (f" Smallest cluster that fits: {ans['min_gpus']} GPUs."
-                                                    if ans["min_gpus"] else ""))
-    rows = [[p["rank"], p["label"], round(p["step"]["time_s"], 3), round(p["step"]["tokens_per_s_per_gpu"]),
-             f"{p['step']['mfu']:.1%}", round(p["memory"]["total_gib"], 1), f"{p['step']['bubble_fraction']:.1%}"]
+        # the sentence already names the smallest cluster that fits; the plot says there is no plan
+        return (placeholder("no layout fits: the message below says how close one came"), [],
+                "# no plan to export", f"**No plan.** {escape.md(ans['impossible'], 2000)}")
+    rows = [[p["rank"], p["label"], f"{p['step']['time_s']:.3f}", f"{p['step']['tokens_per_s_per_gpu']:,.0f}",
+             f"{p['step']['mfu']:.1%}", f"{p['memory']['total_gib']:.1f}", f"{p['step']['bubble_fraction']:.1%}"]
             for p in ans["plans"]]
-    rejected = "\n".join(f"- `{r['label']}`: {r['reason']}" for r in ans["rejected"][:6])
-    text = (f"**Why #1:** {ans['why']}\n\nSearched {ans['searched']:,} layouts in {ans['seconds']:.1f} s. MFU: "
-            f"model FLOPs over the dense bf16 peak; memory: GiB on the most loaded GPU, in {v['framework']}'s "
-            f"layout.\n\n**Rejected:**\n{rejected}")
+    rejected = "\n".join(f"- `{r['label']}`: {escape.md(r['reason'], 600)}" for r in ans["rejected"][:6])
+    text = (f"**Why #1:** {escape.md(ans['why'], 2000)}\n\nSearched {ans['searched']:,} layouts in "
+            f"{ans['seconds']:.1f} s. MFU: model FLOPs over the dense bf16 peak; memory: GiB on the most loaded "
+            f"GPU, in {v['framework']}'s layout; bubble: the busiest rank's idle time over its compute.\n\n"
+            f"**Rejected:**\n{rejected}")
     best = ans["plans"][0]["exports"][v["export"]]
     code = best["text"] + "".join(f"\n# note: {n}" for n in best["notes"])
     return plans_bar(ans["plans"]), rows, code, text
@@ -68,7 +70,8 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = controls_row(params, CONTROLS)
         plot = gr.Plot(label="plans")
-        table = gr.Dataframe(headers=COLUMNS, label="ranked plans", interactive=False)
+        table = gr.Dataframe(headers=COLUMNS, label="ranked plans", interactive=False, wrap=True,
+                             column_widths=["4%", "46%", "9%", "11%", "8%", "11%", "11%"])
         text = gr.Markdown()
         code = gr.Code(label="export", language="shell")
     # One search at a time: a search holds the interpreter for up to seconds, and several at once
