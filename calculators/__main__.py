@@ -1,8 +1,11 @@
-"""Command line: `python -m calculators {estimate,plan,memory,models,gpus} ...`.
+"""Command line: `python -m calculators {estimate,plan,budget,optimal,memory,models,gpus} ...`.
 
     python -m calculators estimate < scenarios.jsonl > answers.jsonl
     echo '{"model": {"preset": "llama3-70b"}, "hardware": {"nodes": 8}, "seq": 8192, "gbs": 512}' \\
         | python -m calculators plan --text --export megatron
+    echo '{"model": {"preset": "llama3-405b"}, "tokens": 15.6e12, "seq": 8192, "gbs": 2048,
+           "gpus": [4096, 8192, 16384]}' | python -m calculators budget --text
+    echo '{"gpu_hours": 1e6, "hardware": {"gpu": "H100-80GB"}}' | python -m calculators optimal --text
     python -m calculators memory --model llama3-70b --nodes 4 --tp 8 --pp 4 --sp --gbs 64 --seq 8192
     python -m calculators memory --config config.json --tp 2 --zero 1 --dp 4
 """
@@ -159,6 +162,32 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_request(args) -> int:
+    """`budget` or `optimal`: one JSON request (stdin or --file) -> its answer as JSON, or a table
+    with --text; bad input, the time budget or a bug give one `error:` line, exit 2."""
+    if args.cmd == "budget":
+        from .budget import budget_answer, text
+        compute = lambda request: budget_answer(request, workers=os.cpu_count() or 1)   # noqa: E731
+    else:
+        from .chinchilla import optimal_answer as compute, text
+    try:
+        with _alarm(args.budget_s):
+            ans = compute(loads(_read_request(args.file), f"the {args.cmd} request"))
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except _OverBudget:
+        print(f"error: the {args.cmd} request took longer than its {args.budget_s:g} s budget; ask for fewer "
+              "cluster sizes or raise --budget-s", file=sys.stderr)
+        return 2
+    except Exception as exc:                       # a bug: one clear line, not a traceback
+        print(f"error: internal error ({type(exc).__name__}: {show(str(exc), 200)}); please report the request",
+              file=sys.stderr)
+        return 2
+    print(text(ans) if args.text else _strict_json(ans, indent=1))
+    return 0
+
+
 def cmd_memory(args) -> int:
     from .memory import USABLE_FRACTION, estimate_memory
     try:
@@ -210,6 +239,13 @@ def main(argv=None) -> int:
     pl.add_argument("--text", action="store_true", help="a table instead of JSON")
     pl.add_argument("--export", choices=("harness", "megatron", "torchtitan", "deepspeed"),
                     help="with --text: print plan 1 in this format")
+    for name, what, seconds in (("budget", "days, GPU-hours, cost and goodput per cluster size", 120.0),
+                                ("optimal", "Chinchilla compute-optimal model size and tokens", 10.0)):
+        b = sub.add_parser(name, help=f"{what} (JSON request on stdin or --file)")
+        b.add_argument("--budget-s", type=float, default=seconds,
+                       help="wall-clock seconds the request may take before it stops with an error (0: no limit)")
+        b.add_argument("--file", help="the request as a JSON file instead of stdin")
+        b.add_argument("--text", action="store_true", help="a table instead of JSON")
     sub.add_parser("models", help="list model presets")
     sub.add_parser("gpus", help="list GPU presets")
     m = sub.add_parser("memory", help="memory per GPU for one layout, as a table")
@@ -234,6 +270,8 @@ def main(argv=None) -> int:
         return cmd_estimate(args)
     if args.cmd == "plan":
         return cmd_plan(args)
+    if args.cmd in ("budget", "optimal"):
+        return cmd_request(args)
     if args.cmd == "models":
         for name in MODEL_PRESETS:
             print(model_from_name(name).describe())

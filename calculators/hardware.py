@@ -48,6 +48,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
     GPUSpec("H100-80GB", 79.65, 989.4, 1978.9, 3.35, 450, 50, 8,
             _NV.format("H100 Tensor Core GPU (SXM5)") + "; NVLink 4 900 GB/s bidirectional; "
             "DGX H100: 8x 400 Gb/s NDR per node"),
+    # H800: H100 SXM compute and memory, its NVLink cut to 400 GB/s bidirectional (200 one way);
+    # DeepSeek-V3's cluster: one 400 Gb/s InfiniBand NIC per GPU (technical report, section 3.1)
+    GPUSpec("H800", 79.65, 989.4, 1978.9, 3.35, 200, 50, 8,
+            _NV.format("H800 SXM5 (H100 compute, NVLink 400 GB/s bidirectional)")
+            + "; DeepSeek-V3 report (arXiv 2412.19437) section 3.1: 8x 400 Gb/s InfiniBand per node"),
     GPUSpec("H200-141GB", 140.4, 989.4, 1978.9, 4.8, 450, 50, 8,
             _NV.format("H200 Tensor Core GPU (SXM)")),
     GPUSpec("B200", 167.6, 2250, 4500, 8.0, 900, 50, 8,

@@ -60,6 +60,16 @@ PARALLEL = {
     "seq": (1, MAX_SEQ), "moe_imbalance": (1.0, 64.0),
 }
 PLAN = {"seq": (1, MAX_SEQ), "gbs": (1, MAX_BATCH), "top": (1, 50)}
+# A budget (calculators/budget.py): up to MAX_SIZES cluster sizes, each one planner search (seconds
+# for the largest models), so a request stays within its time budget. Tokens to 1e15, 64 times
+# Llama 3's 15.6T; a price per GPU-hour to $10,000; a checkpoint interval to 100 days.
+MAX_SIZES = 16
+BUDGET = {"tokens": (1.0, 1e15), "seq": (1, MAX_SEQ), "gbs": (1, MAX_BATCH), "price_per_gpu_hour": (0.0, 1e4),
+          "max_batch_tokens": (1, 2**40), "failures_per_gpu_day": (0.0, 1.0), "checkpoint_gbps": (1e-3, 1e6),
+          "restart_s": (0.0, 86_400.0), "checkpoint_interval_s": (1.0, 8.64e6)}
+# Compute-optimal sizing (calculators/chinchilla.py): FLOPs to 1e30 (26,000 times Llama 3 405B's
+# 3.8e25), GPU-hours to 1e10, an MFU from 0.1% to 100%; at most MAX_SIZES smaller models to compare.
+OPTIMAL = {"flops": (1.0, 1e30), "gpu_hours": (1e-3, 1e10), "params": (1e3, 1e15), "mfu": (1e-3, 1.0)}
 
 _DEADLINE: contextvars.ContextVar = contextvars.ContextVar("calculators_deadline", default=None)
 
@@ -86,10 +96,18 @@ def check_time() -> None:
                           "on tp, pp or mbs, a smaller batch) and ask again")
 
 
+def remaining() -> float | None:
+    """Seconds left in the current time budget (None: no budget), for work handed to another
+    process, which cannot see this one's budget."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else max(0.0, deadline[0] - time.monotonic())
+
+
 def table() -> list[tuple[str, object, object]]:
     """(field, lowest, highest) for every bounded field: README.md's table and the tests."""
     rows = []
     for where, limits in (("model", MODEL), ("model.moe", MOE), ("model.mla", MLA), ("hardware.gpu", GPU),
-                          ("hardware", CLUSTER), ("parallel", PARALLEL), ("plan", PLAN)):
+                          ("hardware", CLUSTER), ("parallel", PARALLEL), ("plan", PLAN), ("budget", BUDGET),
+                          ("optimal", OPTIMAL)):
         rows += [(f"{where}.{k}", lo, hi) for k, (lo, hi) in limits.items()]
-    return rows + [("GPUs in all (nodes x gpus_per_node)", 1, MAX_GPUS)]
+    return rows + [("GPUs in all (nodes x gpus_per_node)", 1, MAX_GPUS), ("budget.gpus: cluster sizes", 1, MAX_SIZES)]

@@ -107,8 +107,51 @@ def plan(model: str, nodes: str, seq: str, gbs: str, gpu: str = "H100-80GB") -> 
     return f"{best['label']} ({best['step']['time_s']:.1f} s per step, MFU {best['step']['mfu']:.0%})"
 
 
+def budget(model: str, tokens: str, gpus: str, seq: str = "8192", gbs: str = "1024", field: str = "days",
+           at: str = "", gpu: str = "H100-80GB") -> str:
+    """A training run over the cluster sizes `gpus` (comma list; calculators/budget.py), at size `at`
+    (default: the first): days, gpu_hours, cost, tps, goodput, efficiency, plan; or knee (GPUs)."""
+    from calculators.budget import budget_answer
+    sizes = [int(n) for n in gpus.split(",")]
+    ans = budget_answer({"model": {"preset": model}, "hardware": {"gpu": gpu}, "tokens": float(tokens),
+                         "seq": int(seq), "gbs": int(gbs), "gpus": sizes})
+    if field == "knee":
+        return f"{ans['knee_gpus']:,} GPUs"
+    o = ans["options"][sizes.index(int(at)) if at else 0]
+    if o["error"]:
+        return f"nothing fits on {o['gpus']:,} GPUs"
+    return {"days": f"{o['days']:,.0f} days", "gpu_hours": f"{o['gpu_hours'] / 1e6:,.2f}M GPU-hours",
+            "cost": f"{o['cost'] / 1e6:,.1f} million dollars", "tps": f"{o['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU",
+            "goodput": f"{o['goodput']:.1%}", "efficiency": f"{o['efficiency']:.0%}", "plan": f"`{o['plan']}`"}[field]
+
+
+def goodput(model: str, gpus: str, field: str = "goodput") -> str:
+    """Goodput of a run on `gpus` GPUs with the defaults (calculators/goodput.py, Megatron's layout):
+    goodput, mtbf (hours), checkpoint (TB), write (s), interval (minutes); gpu_years: one GPU's mean time
+    between failures at the default rate."""
+    from calculators.goodput import FAILURES_PER_GPU_DAY, goodput as expected
+    g = expected(model_from_name(model), int(gpus))
+    return {"goodput": f"{g.goodput:.1%}", "mtbf": f"{g.mtbf_s / 3600:.1f} hours",
+            "interval": f"{g.interval_s / 60:.1f} minutes", "checkpoint": f"{g.checkpoint_gb / 1e3:.1f} TB",
+            "write": f"{g.write_s:.1f} s", "gpu_years": f"{1 / (FAILURES_PER_GPU_DAY * 365.25):.1f} years"}[field]
+
+
+def optimal(gpu_hours: str, gpu: str = "H100-80GB", field: str = "params", smaller: str = "0.5") -> str:
+    """Chinchilla's compute-optimal model for a budget of H100-hours at 40% MFU (calculators/chinchilla.py):
+    params, tokens, ratio (tokens per parameter), flops; for a model `smaller` x the size: small_tokens,
+    extra (training compute), break_even (tokens served until it pays)."""
+    from calculators.chinchilla import optimal_answer
+    ans = optimal_answer({"gpu_hours": float(gpu_hours), "hardware": {"gpu": gpu}, "smaller": [float(smaller)]})
+    s = ans["smaller"][0]
+    return {"params": f"{ans['params'] / 1e9:,.0f}B parameters", "tokens": f"{ans['tokens'] / 1e12:,.1f}T tokens",
+            "ratio": f"{ans['tokens_per_param']:,.0f}", "flops": f"{ans['flops']:.2g} FLOPs",
+            "small_tokens": f"{(s['tokens'] or 0) / 1e12:,.1f}T tokens",
+            "extra": f"{(s['extra_compute'] or 0):.0%}",
+            "break_even": f"{(s['break_even_tokens'] or 0) / 1e12:,.1f}T tokens"}[field]
+
+
 NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, gpu, collective, first_step_peak,
-                                   plan)}
+                                   plan, budget, goodput, optimal)}
 
 
 def render(name: str, kwargs: dict) -> str:

@@ -92,11 +92,32 @@ def stacked_phases(phases, capacity_gib: float, title: str) -> Figure:
                    lines=[("h", capacity_gib, "#b00", "solid", f"capacity {capacity_gib:.1f} GiB")])
 
 
+def _short(v: float) -> str:
+    """1024 -> 1k, 131072 -> 128k, 2**20 -> 1M; small numbers as they are."""
+    for unit, size in (("M", 2**20), ("k", 2**10)):
+        if v >= size and v % size == 0:
+            return f"{v // size:g}{unit}"
+    return f"{v:g}"
+
+
+def _log_axis(values, ticks=None) -> dict:
+    """A log axis with one label per tick that matters: the given ticks (the data's own x values),
+    else powers of ten when the values span two decades or more, else plotly's 1-2-5 (no crowd of
+    minor labels)."""
+    if ticks:
+        return dict(type="log", tickvals=list(ticks), ticktext=[_short(t) for t in ticks])
+    positive = [v for v in values if v and v > 0]
+    span = max(positive) / min(positive) if positive else 1.0
+    return dict(type="log", dtick=1 if span >= 100 else "D2")
+
+
 def lines(xs, series: dict, x: str, y: str, title: str, log_x=False, log_y=False, marker_x=None) -> Figure:
     data = [dict(type="scatter", x=xs, y=ys, name=name, mode="lines+markers") for name, ys in series.items()]
     marks = [] if marker_x is None else [("v", marker_x, "#555", "dot", "this setting")]
-    return _figure(data, title, x, y, lines=marks, xaxis=dict(type="log" if log_x else "linear"),
-                   yaxis=dict(type="log" if log_y else "linear"))
+    ys = [v for series_ys in series.values() for v in series_ys]
+    return _figure(data, title, x, y, lines=marks,
+                   xaxis=_log_axis(xs, xs if len(xs) <= 12 else None) if log_x else dict(type="linear"),
+                   yaxis=_log_axis(ys) if log_y else dict(type="linear"))
 
 
 def breakdown_bar(breakdown: dict, title: str) -> Figure:
@@ -117,21 +138,32 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
 
 
 def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
-    """Seconds per step by part (stacked bars) and tokens/s/GPU (line, right axis) vs one axis;
-    memory GiB as a dotted line when the rows carry it."""
+    """Seconds per step by part and tokens/s/GPU (line, right axis) vs one axis; memory per GPU
+    (dotted line, its own labelled axis at the far right) when the rows carry it. The parts are
+    bars side by side on a log axis when they span two decades or more (a step of minutes beside a
+    sync of milliseconds), stacked otherwise."""
     labels = [str(v) for v in xs]
+    keys = [key for key in rows[0] if key not in ("tokens/s/GPU", "memory GiB") and any(r[key] for r in rows)]
+    values = [r[key] for r in rows for key in keys if r[key] > 0]
+    wide = bool(values) and max(values) / min(values) >= 100
     data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
                  marker=dict(pattern=dict(shape=HIDDEN if "hidden" in key else "")))
-            for key in rows[0] if key not in ("tokens/s/GPU", "memory GiB") and any(r[key] for r in rows)]
+            for key in keys]
     data.append(dict(type="scatter", name="tokens/s/GPU", x=labels, y=[r["tokens/s/GPU"] for r in rows], yaxis="y2",
                      mode="lines+markers", line=dict(color="#111")))
     extra = {}
     if "memory GiB" in rows[0]:
         data.append(dict(type="scatter", name="memory per GPU (GiB)", x=labels, y=[r["memory GiB"] for r in rows],
                          yaxis="y3", mode="lines+markers", line=dict(dash="dot", color="#b60")))
-        extra["yaxis3"] = dict(overlaying="y", side="right", position=1.0, showgrid=False, visible=False)
-    return _figure(data, title, x, "seconds per step", barmode="stack",
-                   yaxis2=dict(title=dict(text="tokens/s/GPU"), overlaying="y", side="right", showgrid=False), **extra)
+        extra = dict(xaxis=dict(domain=[0, 0.84]),
+                     yaxis3=dict(title=dict(text="memory per GPU (GiB)", font=dict(color="#b60")), overlaying="y",
+                                 side="right", anchor="free", position=1.0, showgrid=False,
+                                 tickfont=dict(color="#b60")))
+    return _figure(data, title, x, "seconds per step" + (" (log)" if wide else ""),
+                   barmode="group" if wide else "stack", yaxis=_log_axis(values) if wide else {},
+                   yaxis2=dict(title=dict(text="tokens/s/GPU"), overlaying="y", side="right", showgrid=False,
+                               **({"anchor": "x"} if extra else {})),
+                   **extra)
 
 
 def gantt(ops, p: int, title: str, split: bool) -> Figure:
@@ -157,15 +189,18 @@ def gantt(ops, p: int, title: str, split: bool) -> Figure:
 
 
 def roofline(peak_tflops: float, hbm_tbps: float, points, title: str) -> Figure:
-    """The roofline min(peak, AI x bandwidth) and (name, FLOP/byte, TFLOP/s) points."""
+    """The roofline min(peak, AI x bandwidth) and (name, FLOP/byte, TFLOP/s) points, each point
+    its own legend entry (labels printed beside points collided where kernels cluster)."""
     ai = [0.1 * 2 ** (i / 4) for i in range(80)]
     data = [dict(type="scatter", x=ai, y=[min(peak_tflops, a * hbm_tbps) for a in ai], name="roofline", mode="lines",
-                 line=dict(color="#111")),
-            dict(type="scatter", x=[p[1] for p in points], y=[p[2] for p in points], text=[p[0] for p in points],
-                 mode="markers+text", textposition="top center", name="kernels (time model)",
-                 marker=dict(size=10, color="#e45756"))]
-    return _figure(data, title, "arithmetic intensity (FLOP/byte)", "TFLOP/s", xaxis=dict(type="log"),
-                   yaxis=dict(type="log"))
+                 line=dict(color="#111"))]
+    data += [dict(type="scatter", x=[p[1]], y=[p[2]], mode="markers", name=p[0], marker=dict(size=11),
+                  hovertemplate=f"{escape.plot(p[0])}: %{{x:.3g}} FLOP/byte, %{{y:.3g}} TFLOP/s<extra></extra>")
+             for p in points]
+    return _figure(data, title, "arithmetic intensity (FLOP/byte)", "TFLOP/s", height=460,
+                   xaxis=dict(type="log", dtick=1), yaxis=dict(type="log", dtick=1),
+                   legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                   margin=dict(l=55, r=20, t=60, b=50))
 
 
 def placeholder(message: str) -> Figure:
@@ -203,3 +238,38 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
     data.append(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",
                      line=dict(dash="dot", color="#555")))
     return _figure(data, f"{metric}: measured vs predicted", f"measured {metric}", f"predicted {metric}")
+
+
+def budget_plot(options: list[dict], knee, title: str) -> Figure:
+    """A run's days and cost vs cluster size (top; cost on the right axis) and its goodput and
+    efficiency vs linear (bottom), one point per size that fits; the knee a dashed line on both.
+    Sizes span decades, so the x axis is log with a label at each size."""
+    fit = sorted((o for o in options if o.get("days")), key=lambda o: o["gpus"])
+    xs = [o["gpus"] for o in fit]
+    days, cost = [o["days"] for o in fit], [o["cost"] for o in fit]
+    hover = "%{x:,} GPUs: %{y:,.3s} "
+    data = [dict(type="scatter", x=xs, y=days, name="days to train", mode="lines+markers",
+                 line=dict(color="#4c78a8"), hovertemplate=hover + "days<extra></extra>"),
+            dict(type="scatter", x=xs, y=cost, name="cost", mode="lines+markers", yaxis="y2",
+                 line=dict(color="#f58518", dash="dash"), hovertemplate=hover + "(cost)<extra></extra>"),
+            dict(type="scatter", x=xs, y=[100 * o["goodput"] for o in fit], name="goodput %", mode="lines+markers",
+                 xaxis="x2", yaxis="y3", line=dict(color="#54a24b"), hovertemplate=hover + "%<extra></extra>"),
+            dict(type="scatter", x=xs, y=[100 * o["efficiency"] for o in fit], name="efficiency vs linear %",
+                 mode="lines+markers", xaxis="x2", yaxis="y3", line=dict(color="#b279a2"),
+                 hovertemplate=hover + "%<extra></extra>")]
+    if knee:
+        # a trace, not a shape: on a log axis a shape's and an annotation's x are in log10 units
+        knee_line = dict(color="#b00", dash="dot")
+        data += [dict(type="scatter", x=[knee, knee], y=[min(days), max(days)], mode="lines", line=knee_line,
+                      name=f"knee: {knee:,} GPUs", hoverinfo="skip"),
+                 dict(type="scatter", x=[knee, knee], y=[0, 100], mode="lines", xaxis="x2", yaxis="y3",
+                      line=knee_line, showlegend=False, hoverinfo="skip")]
+    ticks = dict(type="log", tickvals=xs, ticktext=[f"{x:,}" for x in xs])
+    return _figure(data, title, "", "days to train (log)", height=560,
+                   xaxis=dict(ticks, anchor="y", domain=[0, 1]),
+                   yaxis=dict(type="log", domain=[0.42, 1]),
+                   yaxis2=dict(title=dict(text="cost (log)"), type="log", overlaying="y", side="right",
+                               showgrid=False),
+                   xaxis2=dict(ticks, anchor="y3", matches="x", title=dict(text="GPUs")),
+                   yaxis3=dict(title=dict(text="%"), domain=[0, 0.3], range=[0, 105], anchor="x2"),
+                   margin=dict(l=60, r=60, t=60, b=45))

@@ -8,13 +8,13 @@ import gradio as gr
 
 from playbook import book
 from playbook.url import wire_url
-from playbook.widgets import (activations, connect, explorer, memory, network, planner, scaling, schedule, step,
-                              timeline)
+from playbook.widgets import (activations, budget, connect, explorer, memory, network, planner, scaling, schedule,
+                              step, timeline)
 
 WIDGETS = {"memory": memory.build, "timeline": timeline.build, "activations": activations.build,
            "dp": scaling.build_dp, "tp": scaling.build_tp, "schedule": schedule.build,
            "collectives": network.build_collectives, "roofline": network.build_roofline, "step": step.build,
-           "planner": planner.build, "explorer": explorer.build}
+           "planner": planner.build, "explorer": explorer.build, "budget": budget.build}
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 
 

@@ -246,3 +246,16 @@ def test_any_plan_request_is_answered_or_refused_within_its_budget(fields, const
     except ConfigError:
         pass
 
+
+def test_readme_states_every_limit():
+    from calculators.pipeline import SIM_OPS
+    from calculators.validate import _fmt
+    from playbook.url import MAX_VALUE
+    from playbook.values import MAX_CONFIG_CHARS
+    from playbook.widgets import WIDGET_BUDGET_S
+    section = (ROOT / "README.md").read_text().split("## Input limits")[1].split("\n## ")[0]
+    for field, _, hi in limits.table():
+        assert _fmt(hi) in section, field
+    for value in (limits.MAX_JSON_BYTES, limits.MAX_JSON_DEPTH, SIM_OPS, MAX_CONFIG_CHARS, MAX_VALUE):
+        assert _fmt(value) in section, value
+    assert f"a widget call in the app: {WIDGET_BUDGET_S:g} s" in section

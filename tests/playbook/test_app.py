@@ -67,7 +67,7 @@ def test_memory_widget_shows_the_calculators_number(demo, client):
 
 
 def test_invalid_layout_and_bad_config_are_explained_inline(demo, client):
-    plot, text = client.predict(*args_of(demo, "step_13_1", nodes=3, tp=3), api_name="/step_13_1")
+    plot, text = client.predict(*args_of(demo, "step_14_1", nodes=3, tp=3), api_name="/step_14_1")
     assert plot is None and "tp=3 must divide heads=32" in text
     bad = '{"model_type": "llama", "num_hidden_layers": 2'
     plot, text = client.predict(*args_of(demo, "memory_1_1", config=bad), api_name="/memory_1_1")

@@ -1,4 +1,4 @@
-"""Chapters: all thirteen render, in order, each with a widget, no placeholder left, and a
+"""Chapters: all fourteen render, in order, each with a widget, no placeholder left, and a
 worked-example number is the calculators' (it changes when the calculator does)."""
 import multiprocessing
 
@@ -9,14 +9,14 @@ from playbook import book, numbers
 from playbook.values import scenario_from
 
 
-def test_thirteen_chapters_in_order_each_with_a_widget_and_sources():
+def test_fourteen_chapters_in_order_each_with_a_widget_and_sources():
     chs = book.chapters()
-    assert [c.order for c in chs] == list(range(1, 14))
+    assert [c.order for c in chs] == list(range(1, 15))
     for c in chs:
         text = "\n".join(s[1] for s in c.segments if s[0] == "text")
         assert any(s[0] == "widget" for s in c.segments), c.slug
         assert "{{" not in text, c.slug
-        if c.order < 13:
+        if c.order < 14:
             assert "**Takeaway.**" in text and "**Sources.**" in text, c.slug
 
 

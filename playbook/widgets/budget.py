@@ -1,0 +1,80 @@
+"""The budget widget: days, cost and goodput to train a model on a token budget, over a range of
+cluster sizes (powers of two), the planner's best layout at each; where adding GPUs stops paying."""
+from __future__ import annotations
+
+import gradio as gr
+
+from calculators import limits
+from calculators.budget import budget_answer
+from calculators.goodput import FAILURES_PER_GPU_DAY
+from calculators.hardware import GPU_PRESETS
+from calculators.presets import MODEL_PRESETS
+from playbook import escape
+from playbook.plots import budget_plot
+
+from . import Widget, controls_row, wire
+
+SIZES = [2 ** k for k in range(3, 17)]            # 8 to 65,536 GPUs: at most 14 sizes, within limits.MAX_SIZES
+FAILURES = {"none": 0.0, "as Llama 3": FAILURES_PER_GPU_DAY, "3 x Llama 3": 3 * FAILURES_PER_GPU_DAY}
+RAMP = {"fixed": None, "grows to 16M tokens": 2 ** 24, "grows to 64M tokens": 2 ** 26}
+CONTROLS = {
+    "model": (lambda v: gr.Dropdown(list(MODEL_PRESETS), value=v, label="model preset"), "llama3-8b"),
+    "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
+    "tokens": (lambda v: gr.Number(v, label="tokens (trillions)", minimum=1e-6,
+                                   maximum=limits.BUDGET["tokens"][1] / 1e12), 15.0),
+    "smallest": (lambda v: gr.Dropdown(SIZES, value=v, label="smallest cluster (GPUs)"), 512),
+    "largest": (lambda v: gr.Dropdown(SIZES, value=v, label="largest cluster (GPUs)"), 8192),
+    "seq": (lambda v: gr.Number(v, label="sequence length", precision=0, minimum=128, maximum=limits.MAX_SEQ), 8192),
+    "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1, maximum=limits.MAX_BATCH),
+            1024),
+    "failures": (lambda v: gr.Radio(list(FAILURES), value=v, label="failures per GPU-day"), "as Llama 3"),
+    "ramp": (lambda v: gr.Radio(list(RAMP), value=v, label="global batch as the cluster grows"), "fixed"),
+    "storage": (lambda v: gr.Number(v, label="checkpoint storage GB/s", minimum=1e-3,
+                                    maximum=limits.BUDGET["checkpoint_gbps"][1]), 2000.0),
+    "price": (lambda v: gr.Number(v, label="price per GPU-hour", minimum=0,
+                                  maximum=limits.BUDGET["price_per_gpu_hour"][1]), 2.0),
+}
+
+
+def request(v: dict) -> dict:
+    """The widget's settings as a budget request (calculators/budget.py)."""
+    lo, hi = sorted((v["smallest"], v["largest"]))
+    req = {"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"]}, "tokens": float(v["tokens"]) * 1e12,
+           "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": [n for n in SIZES if lo <= n <= hi],
+           "price_per_gpu_hour": float(v["price"]), "failures_per_gpu_day": FAILURES[v["failures"]],
+           "checkpoint_gbps": float(v["storage"])}
+    if RAMP[v["ramp"]] is not None:
+        req["max_batch_tokens"] = max(RAMP[v["ramp"]], req["gbs"] * req["seq"])
+    return req
+
+
+def compute(v: dict):
+    ans = budget_answer(request(v))     # sizes planned in turn, here: the server's other requests need the cores
+    fit = [o for o in ans["options"] if o["error"] is None]
+    fastest = min(fit, key=lambda o: o["days"])
+    cheapest = min(fit, key=lambda o: o["gpu_hours"])
+    lines = [f"**{ans['tokens'] / 1e12:,.3g}T tokens of {ans['model']}** ({ans['params'] / 1e9:,.0f}B parameters) on "
+             f"{ans['gpu']}: fastest on **{fastest['gpus']:,} GPUs, {fastest['days']:,.1f} days** "
+             f"({fastest['gpu_hours'] / 1e6:,.3g}M GPU-hours, cost {fastest['cost']:,.0f}); cheapest on "
+             f"{cheapest['gpus']:,} GPUs, {cheapest['days']:,.1f} days ({cheapest['gpu_hours'] / 1e6:,.3g}M GPU-hours, "
+             f"cost {cheapest['cost']:,.0f}). {escape.md(ans['knee'], 600)}",
+             "", "| GPUs | batch | layout | tokens/s/GPU | goodput | days | GPU-hours |", "|---" * 7 + "|"]
+    for o in ans["options"]:
+        if o["error"]:
+            lines.append(f"| {o['gpus']:,} | {o['gbs']:,} | {escape.md(o['error'], 300)} | | | | |")
+        else:
+            lines.append(f"| {o['gpus']:,} | {o['gbs']:,} | `{o['plan']}` | {o['tokens_per_s_per_gpu']:,.0f} | "
+                         f"{o['goodput']:.1%} | {o['days']:,.1f} | {o['gpu_hours'] / 1e6:,.3g}M |")
+    lines.append("\nGoodput: failures restart the whole job from its last checkpoint, taken at the Young/Daly "
+                 "interval; not in the time: batch ramp-up, evaluation, ablations.")
+    title = f"{ans['model']}: {ans['tokens'] / 1e12:,.3g}T tokens on {ans['gpu']}"
+    return budget_plot(ans["options"], ans["knee_gpus"], title), "\n".join(lines)
+
+
+def build(wid: str, params: dict) -> Widget:
+    with gr.Group():
+        controls, defaults = controls_row(params, CONTROLS)
+        plot = gr.Plot(label="days, cost and goodput vs GPUs")
+        text = gr.Markdown()
+    # one search at a time, as the planner's: a size not yet planned holds a core for up to seconds
+    return wire(Widget(wid, controls, defaults, concurrency=1), compute, [plot, text])
