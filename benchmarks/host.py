@@ -22,6 +22,7 @@ class Grid:
     world: int
     local_rank: int
     local_world: int
+    launcher: str = "none"        # what started the ranks: torchrun, ray (Ray Train) or none (one process)
 
     @property
     def nodes(self) -> int:
@@ -32,7 +33,8 @@ def grid() -> Grid:
     """torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE; one process without them."""
     env = os.environ
     return Grid(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)),
-                int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))))
+                int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
+                "torchrun" if "WORLD_SIZE" in env else "none")
 
 
 def pick_device(name: str, g: Grid) -> torch.device:
@@ -61,7 +63,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def facts(device: torch.device, g: Grid) -> dict:
-    out = {"device": device.type, "gpus": g.world, "nodes": g.nodes, "torch": torch.__version__}
+    out = {"device": device.type, "gpus": g.world, "nodes": g.nodes, "torch": torch.__version__,
+           "launcher": g.launcher}
+    if "SLURM_JOB_ID" in os.environ:         # the job's accounting (sacct) tells its nodes and times
+        out["slurm_job"] = os.environ["SLURM_JOB_ID"]
     if device.type == "cuda":
         out.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
                    nccl=".".join(map(str, torch.cuda.nccl.version())))

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from . import host, results
 from .config import read_configs
+from .groups import counted, stated_world
 from .runner import Progress, run_case, summary
 
 
@@ -41,6 +42,11 @@ def sweep(path: str, out: str, device_name: str = "auto", retry_errors: bool = F
     todo = todo[0]
     if g.rank == 0 and len(todo) < len(configs):
         print(f"resuming: {len(configs) - len(todo)} of {len(configs)} configs already in {out}")
+    elsewhere = [(s, c) for s, c in todo if stated_world(c) not in (None, g.world)]
+    if elsewhere and g.rank == 0:             # recorded here they would be mislabelled: `launch` places them
+        print(f"skipping {counted(len(elsewhere), 'config')} whose world is not this launch's {g.world} "
+              "(`python -m benchmarks launch` gives each config its own)")
+    todo = [t for t in todo if t not in elsewhere]
     bar = Progress(len(todo), g.rank)
     failed = 0
     for suite, config in todo:
