@@ -3,7 +3,7 @@
 No torch here: the playbook reads results through this module (shared/DESIGN.md layers).
 
 A row (schema 1):
-    {"schema": 1, "suite": "train" | "collectives" | "gemm" | "memory",
+    {"schema": 1, "suite": "train" | "collectives" | "gemm" | "memory" | "attention",
      "status": "ok" | "oom" | "error", "error": "message" (status error/oom),
      "key": "<hash of suite + config>", "time": "2026-11-22T10:00:00Z",
      "config": {...}       # train/memory: a calculator scenario {"model", "hardware", "parallel"}
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA = 1
-SUITES = ("train", "collectives", "gemm", "memory")
+SUITES = ("train", "collectives", "gemm", "memory", "attention")
 STATUSES = ("ok", "oom", "error")
 BUNDLED = Path(__file__).parent / "results"
 
@@ -132,26 +132,70 @@ def load(*paths: str | Path) -> Loaded:
     return out
 
 
+MAX_LINE_BYTES = 1 << 20        # a row is a few KB; a longer line is skipped unread
+MAX_PROBLEMS = 100              # problems listed per file; the rest are counted
+
+
 def _load_file(path: Path) -> Loaded:
+    """Stream `path` line by line: a line that is not a valid row (not JSON, nested too deeply, an
+    integer too long to read, NaN, longer than MAX_LINE_BYTES, the wrong shape) is reported and
+    skipped, so one bad line never hides the rest and a large file is never read whole."""
     out = Loaded()
     try:
-        text = path.read_text(errors="replace")
+        if not path.is_file():
+            out.problems.append(f"{path.name}: not a regular file")
+            return out
+        fh = open(path, "rb")
     except OSError as exc:
         out.problems.append(f"{path.name}: cannot read ({exc.strerror})")
         return out
-    for n, line in enumerate(text.splitlines(), 1):
+    with fh:
+        return _load_lines(fh, path.name, out)
+
+
+def load_bytes(data: bytes, name: str) -> Loaded:
+    """Rows of a results file's contents (an upload), as `load` reads a file."""
+    import io
+    return _load_lines(io.BytesIO(data), name, Loaded())
+
+
+def _load_lines(fh, name: str, out: Loaded) -> Loaded:
+    from calculators.errors import ConfigError
+    from calculators.validate import loads
+    skipped = 0
+
+    def problem(text):
+        nonlocal skipped
+        if len(out.problems) < MAX_PROBLEMS:
+            out.problems.append(text)
+        else:
+            skipped += 1
+
+    n = 0
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            break
+        n += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):        # the rest of the over-long line, unread
+                line = fh.readline(MAX_LINE_BYTES)
+            problem(f"{name}:{n}: longer than {MAX_LINE_BYTES:,} bytes; line skipped")
+            continue
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            out.problems.append(f"{path.name}:{n}: not valid JSON ({exc.msg}); line skipped")
+            row = loads(line, f"line {n}", max_bytes=MAX_LINE_BYTES + 1)
+        except ConfigError as exc:
+            problem(f"{name}:{n}: {str(exc).removeprefix(f'line {n} is ')}; line skipped")
             continue
-        problem = row_problem(row)
-        if problem:
-            out.problems.append(f"{path.name}:{n}: {problem}; line skipped")
+        bad = row_problem(row)
+        if bad:
+            problem(f"{name}:{n}: {bad}; line skipped")
             continue
         out.rows.append(row)
+    if skipped:
+        out.problems.append(f"{name}: {skipped} more bad lines skipped")
     return out
 
 

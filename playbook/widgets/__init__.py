@@ -115,6 +115,10 @@ def control_problem(comp, value) -> str:
             f"{label} must be one of {', '.join(map(str, options[:12]))} (got {show(value)})"
     if isinstance(comp, gr.Checkbox):
         return "" if isinstance(value, bool) else f"{label} must be true or false (got {show(value)})"
+    if isinstance(comp, gr.File):                      # a path Gradio gave; the widget checks where it points
+        ok = value is None or isinstance(value, str) and len(value) <= 4096 or \
+            isinstance(value, list) and len(value) <= 1 and all(isinstance(x, str) and len(x) <= 4096 for x in value)
+        return "" if ok else f"{label} must be one uploaded file (got {show(value)})"
     if isinstance(comp, gr.Textbox):
         cap = comp.max_length or limits.MAX_TEXT
         return "" if isinstance(value, str) and len(value) <= cap else \
@@ -178,7 +182,7 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
 
 
 CONCURRENCY = Widget.concurrency  # calls of one widget the server runs at once (the rest queue)
-NOT_IN_LINK = {"config"}         # settings never written into the URL or read from it (a pasted file)
+NOT_IN_LINK = {"config", "upload"}   # settings never written into the URL or read from it (a pasted or uploaded file)
 
 
 def connect(w: Widget, shown) -> None:

@@ -191,7 +191,7 @@ def test_a_link_restores_chapter_and_settings(server, browser):
     url, _ = server
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     problems = watch(page)
-    page.goto(url + "?chapter=pipeline-parallel&schedule_6_1.m=16&schedule_6_1.p=999")
+    page.goto(url + "?chapter=pipeline-parallel&schedule_6_1.schedule=interleaved&schedule_6_1.m=16&schedule_6_1.p=999")
     page.wait_for_selector("button[role=tab][data-tab-id='pipeline-parallel'][aria-selected=true]", timeout=20000)
     page.wait_for_function("() => document.querySelector('#schedule_6_1-m input[type=number]')?.value === '16'",
                            timeout=20000)
@@ -200,7 +200,7 @@ def test_a_link_restores_chapter_and_settings(server, browser):
     page.locator("#schedule_6_1-v input[type=number]").fill("3")
     page.locator("#schedule_6_1-v input[type=number]").press("Enter")
     page.wait_for_function("() => new URL(location.href).searchParams.get('schedule_6_1.v') === '3'", timeout=20000)
-    assert "schedule_6_1.m=16" in page.url
+    assert "schedule_6_1.m=16" in page.url and "schedule_6_1.schedule=interleaved" in page.url   # v is live only there
     assert not problems, problems
 
 
@@ -216,7 +216,7 @@ def test_a_hostile_link_and_injected_html_harm_nothing(served, browser):
     page.on("request", lambda r: fetched.append(r.url) if urllib.parse.urlparse(r.url).hostname == "example.invalid"
             else None)
     page.goto(url + "?chapter=overview&memory_1_1.dp=16&memory_1_1.seq=1e999&memory_1_1.mbs=inf"
-                    "&explorer_12_1.local=/dev/zero"
+                    "&explorer_13_1.local=/dev/zero"
                     "&memory_1_1.recompute=%3Cimg%20src%3Dhttps%3A%2F%2Fexample.invalid%3E"
                     "&memory_1_1.config=%7B%7D")
     page.wait_for_function("() => document.querySelector('#memory_1_1-dp input[type=number]')?.value === '16'",
@@ -235,3 +235,33 @@ def test_a_hostile_link_and_injected_html_harm_nothing(served, browser):
     assert "_name_or_path" not in urllib.parse.unquote(page.url)      # a pasted config is not copied into the link
     assert rss_mib(proc.pid) < 1024
     assert not [p for p in problems if "example.invalid" not in p], problems
+
+
+def test_budget_widget_draws_redraws_and_its_link_restores_it(server, browser, widgets):
+    """The budget chapter's widget: drawn when its chapter opens, redrawn when a control moves (the
+    move written into the link), and a link with its settings restores them and draws their plot."""
+    url, _ = server
+    wid = next(w for w in widgets if w.wid.startswith("budget_")).wid
+    slug = next(c.slug for c in book.chapters() if f"_{c.order}_" in wid)
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    problems = watch(page)
+    page.goto(url + f"?chapter={slug}")
+    signature = f"() => ({PLOT_SIGNATURE})({json.dumps(wid + '-plot')})"
+    page.wait_for_function(f"{signature} !== null", timeout=30000)
+    before = page.evaluate(signature)
+    page.locator(f"#{wid}-failures label[data-testid='3 x Llama 3-radio-label']").click()
+    page.wait_for_function(f"(b) => {{ const s = ({signature})(); return s !== null && s !== b; }}", arg=before,
+                           timeout=30000)
+    page.wait_for_function(f"() => new URL(location.href).searchParams.get('{wid}.failures') === '3 x Llama 3'",
+                           timeout=20000)
+    # a link: a smaller range and no failures; the plot's sizes follow it
+    restored = browser.new_page(viewport={"width": 1280, "height": 800})
+    problems += watch(restored)
+    restored.goto(url + f"?chapter={slug}&{wid}.largest=2048&{wid}.failures=none")
+    restored.wait_for_function(f"() => document.querySelector('#{wid}-failures input[value=\"none\"]')?.checked",
+                               timeout=30000)
+    restored.wait_for_function(f"() => {{ const s = ({signature})(); return s !== null && "
+                               f"JSON.parse(s)[0][0][0].join(',') === '512,1024,2048'; }}", timeout=30000)
+    note = restored.locator(f"#{wid}-note").inner_text()
+    assert not any(e in note for e in ERRORS) and "512" in note, note[:300]
+    assert not problems, problems

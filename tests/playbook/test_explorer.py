@@ -8,7 +8,7 @@ def _traces(fig) -> dict:
 
 
 def test_published_runs_are_a_series_of_their_own_with_their_error():
-    fig, text = explorer.compute({"metric": "tokens/s/GPU", "model": "llama3", "nodes": "all", "local": ""})
+    fig, text = explorer.compute({"metric": "tokens/s/GPU", "model": "llama3", "nodes": "all", "upload": None})
     traces = _traces(fig)
     published = [t for name, t in traces.items() if name.startswith("published: ")]
     assert published and all(t["marker"]["symbol"] == "diamond" for t in published)
@@ -17,7 +17,7 @@ def test_published_runs_are_a_series_of_their_own_with_their_error():
 
 
 def test_a_model_filter_reports_only_its_own_skipped_runs():
-    _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "qwen3", "nodes": "all", "local": ""})
+    _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "qwen3", "nodes": "all", "upload": None})
     assert "before nanotron's multi-node PP fix" not in text
-    _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "nanotron", "nodes": "all", "local": ""})
+    _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "nanotron", "nodes": "all", "upload": None})
     assert "before nanotron's multi-node PP fix" in text and "measured runs" in text
