@@ -3,8 +3,11 @@
     torchrun --nproc-per-node 8 -m benchmarks train --model nanotron-1.34b --tp 2 --zero 1 --gbs 64 --seq 4096 --out results/mine.jsonl
     torchrun --nproc-per-node 8 -m benchmarks collectives --out results/mine.jsonl
     python -m benchmarks gemm --out results/mine.jsonl
+    python -m benchmarks gemm --models llama3-8b,llama3-70b --tps 1,2,4,8 --dtypes bf16,fp8 --out results/mine.jsonl
+    python -m benchmarks attention --seqs 1024,4096,16384 --gqa 1,8 --out results/mine.jsonl
     python -m benchmarks memory --world 64 --tp 8 --zero 3 --model llama3-8b --out results/mine.jsonl
     torchrun --nproc-per-node 8 -m benchmarks sweep configs.jsonl --out results/mine.jsonl   # resumes
+    python -m benchmarks launch configs.jsonl --backend slurm --partition gpu --out results/mine  # any worlds
     python -m benchmarks smoke --device cpu --out /tmp/smoke.jsonl
     python -m benchmarks calibrate results/mine.jsonl --gpu H100-80GB --out my_cluster.json
 
@@ -53,6 +56,17 @@ def cmd_sweep(ns) -> int:
     return sweep(ns.file, ns.out, ns.device, ns.retry_errors)
 
 
+def cmd_launch(ns) -> int:
+    from .launch import Options, launch
+    opts = Options(**{k: getattr(ns, k) for k in Options.__dataclass_fields__})
+    try:
+        return launch(ns.file, opts)
+    except ConfigError as exc:                # every misplaced config on its own line
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+
+
 def cmd_collectives(ns) -> int:
     from .runner import run_case, summary
     g, device = _device_and_grid(ns.device)
@@ -69,9 +83,21 @@ def cmd_gemm(ns) -> int:
     from .runner import run_case, summary
     g, device = _device_and_grid(ns.device)
     from .gemm import cases
-    rows = [run_case("gemm", c, ns.out, g, device) for c in cases(ns.shapes, ns.dtypes.split(","), ns.iters)]
-    for r in rows:
-        print(summary(r))
+    rows = []
+    for c in cases(ns.shapes, ns.dtypes.split(","), ns.iters, ns.models, ns.tps, ns.tokens):
+        rows.append(run_case("gemm", c, ns.out, g, device))
+        print(summary(rows[-1]), flush=True)
+    return _finish(rows)
+
+
+def cmd_attention(ns) -> int:
+    from .attention import cases
+    from .runner import run_case, summary
+    g, device = _device_and_grid(ns.device)
+    rows = []
+    for c in cases(ns.seqs, ns.head_dims, ns.gqa, ns.backends, ns.causal, ns.iters):
+        rows.append(run_case("attention", c, ns.out, g, device))
+        print(summary(rows[-1]), flush=True)
     return _finish(rows)
 
 
@@ -107,6 +133,20 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--retry-errors", action="store_true", help="re-run configs recorded as errors")
     p.set_defaults(fn=cmd_sweep)
+    p = sub.add_parser("launch", help="a sweep of any world sizes, one launch per size, on torchrun, Slurm or Ray")
+    p.add_argument("file")
+    p.add_argument("--backend", choices=("local", "slurm", "ray"), default="local")
+    p.add_argument("--out", required=True, help="results directory: one JSON Lines file per group")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--retry-errors", action="store_true", help="re-run configs recorded as errors")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (slurm: the sbatch scripts); run nothing")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="slurm, ray: a larger world spans several nodes")
+    p.add_argument("--partition", default="", help="slurm")
+    p.add_argument("--account", default="", help="slurm")
+    p.add_argument("--time", default="", help="slurm: the job's time limit, as sbatch --time takes it")
+    p.add_argument("--address", default="", help="ray: the cluster (default: RAY_ADDRESS, or a local one)")
+    p.add_argument("--cpus-per-worker", type=float, default=1, help="ray: CPUs each worker reserves")
+    p.set_defaults(fn=cmd_launch)
     p = sub.add_parser("collectives", help="bus bandwidth vs message size per group placement")
     p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,p2p")
     p.add_argument("--sizes", default="1e6,1.6e7,2.56e8", help="message sizes in bytes")
@@ -117,11 +157,24 @@ def main(argv=None) -> int:
     p = sub.add_parser("gemm", help="matmul TFLOP/s vs shape and dtype")
     p.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096,16384x4096x4096,4096x1024x4096",
                    help="MxNxK,...")
-    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--dtypes", default="bf16", help="bf16, fp16, fp32, fp8 (comma-separated)")
+    p.add_argument("--models", default="", help="also each fused projection of these presets, e.g. llama3-8b,llama3-70b")
+    p.add_argument("--tps", default="1", help="with --models: TP sizes whose shards to time")
+    p.add_argument("--tokens", type=int, default=8192, help="with --models: tokens (M) per GEMM")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--device", default="auto")
     p.add_argument("--out")
     p.set_defaults(fn=cmd_gemm)
+    p = sub.add_parser("attention", help="scaled_dot_product_attention forward/backward time per kernel (GPU)")
+    p.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
+    p.add_argument("--head-dims", default="64,128")
+    p.add_argument("--gqa", default="1", help="query heads per kv head, e.g. 1,4,8")
+    p.add_argument("--backends", default="flash,cudnn", help=f"of {', '.join(('flash', 'cudnn', 'efficient', 'math'))}")
+    p.add_argument("--causal", default="true", help="true, false or true,false")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_attention)
     p = sub.add_parser("memory", help="one rank of a large layout on one device (fake process group)")
     cfg.add_arguments(p)
     p.add_argument("--world", type=int, required=True, help="the layout's total ranks")

@@ -134,12 +134,20 @@ class RunSpec:
         dp = world // inner
         if self.gbs % (dp * self.mbs):
             raise ConfigError(f"gbs={self.gbs} must be a multiple of dp*mbs = {dp}*{self.mbs}")
-        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, zero=self.zero,
+        # What the harness runs, in the calculators' words: its "selective" wraps the attention core
+        # alone (parallelize.apply_ac), which is Megatron's policy (core_attn), not torchtitan's op-level
+        # SAC that "selective" means for fsdp2; its ZeRO 1 and 2 are both FSDP2 without resharding after
+        # forward (PyTorch has no separate ZeRO-1): sharded weights, gradients and optimizer state, with
+        # the gathered bf16 weights kept from forward to backward, the calculators' fsdp2 ZeRO 2.
+        recompute = "core_attn" if self.recompute == "selective" else self.recompute
+        ranks = tuple("core_attn" if r == "selective" else r for r in self.recompute_ranks)
+        zero = 2 if self.zero == 1 and dp * self.cp > 1 else self.zero
+        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, zero=zero,
                               sp=self.sp and self.tp > 1, mbs=self.mbs, gbs=self.gbs, seq=self.seq,
-                              recompute=self.recompute, schedule=self.schedule,
+                              recompute=recompute, schedule=self.schedule,
                               precision="fp8" if self.precision == "fp8" else "bf16",
                               framework="fsdp2", split=self.split or self._v_split(),
-                              recompute_ranks=self.recompute_ranks)
+                              recompute_ranks=ranks, compile=self.compile)
 
     def _v_split(self) -> tuple:
         """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)
@@ -173,21 +181,31 @@ def from_args(ns: argparse.Namespace) -> RunSpec:
 
 def read_configs(path: str | Path) -> list[dict]:
     """A sweep file: JSON Lines (or one JSON list) of run dicts, each with a "suite" (default train)."""
+    return [config for _, config in numbered_configs(path)]
+
+
+def numbered_configs(path: str | Path) -> list[tuple[str, dict]]:
+    """The configs of a sweep file, each with where it sits ("configs.jsonl:3", or "configs.json:
+    config 3" in a JSON list), so that a message about one config can name its line."""
     text = Path(path).read_text()
     try:
         data = json.loads(text)
-        items = data if isinstance(data, list) else [data]
+        if isinstance(data, list):
+            items = [(f"{path}: config {n}", item) for n, item in enumerate(data, 1)]
+        else:                                     # one object: a one-line JSON Lines file
+            first = text[:len(text) - len(text.lstrip())].count("\n") + 1
+            items = [(f"{path}:{first}", data)]
     except json.JSONDecodeError:
         items = []
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip() and not line.lstrip().startswith("#"):
                 try:
-                    items.append(json.loads(line))
+                    items.append((f"{path}:{n}", json.loads(line)))
                 except json.JSONDecodeError as exc:
                     raise ConfigError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-    for n, item in enumerate(items, 1):
+    for where, item in items:
         if not isinstance(item, dict):
-            raise ConfigError(f"{path}: config {n} is not a JSON object")
+            raise ConfigError(f"{where}: not a JSON object")
     return items
 
 

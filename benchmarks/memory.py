@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from calculators.errors import ConfigError
 
-from . import host, results
+from . import host, predict, results
 from .config import RunSpec
 
 
@@ -40,7 +40,7 @@ def _state_gib(parts, opt) -> dict:
 def run_memory(run: RunSpec, world: int, rank: int, out: str | None) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from .train import Trainer, _parallel_dict, predict
+    from .train import Trainer
     device = host.pick_device(run.device, host.Grid(rank, world, 0, 1))
     status, error, metrics, prediction, config = "ok", "", {}, {}, run.as_dict() | {"world": world, "rank": rank}
     g = host.Grid(rank, world, rank % min(world, 8), min(world, 8))
@@ -58,7 +58,7 @@ def run_memory(run: RunSpec, world: int, rank: int, out: str | None) -> dict:
         # after a step the gradients are freed (set_to_none); run one more backward to count them
         # without stepping, so params, grads and optimizer state are all live at once
         tokens = torch.zeros(run.mbs, run.seq, dtype=torch.long, device=device)
-        with trainer._context():
+        with trainer._context(tokens):             # CP shards the tokens and the rope table alike
             out_ = trainer.parts[0](tokens)
             out_.float().sum().backward()
         metrics = _state_gib(trainer.parts, trainer.opt)
@@ -66,8 +66,8 @@ def run_memory(run: RunSpec, world: int, rank: int, out: str | None) -> dict:
             metrics.update(peak_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30,
                            peak_reserved_gib=torch.cuda.max_memory_reserved(device) / 2**30)
         hw = {"gpu": host.gpu_preset(device) or "H100-80GB", "nodes": max(1, world // 8), "gpus_per_node": min(world, 8)}
-        config["scenario"] = {"model": host.model_ref(spec), "hardware": hw, "parallel": _parallel_dict(par)}
-        prediction = predict(config["scenario"])
+        config["scenario"] = predict.scenario(run, hw, world)
+        prediction = predict.train(config["scenario"])
     except torch.OutOfMemoryError as exc:
         status, error = "oom", str(exc).splitlines()[0]
     except ConfigError as exc:

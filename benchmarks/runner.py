@@ -18,6 +18,7 @@ from calculators.errors import ConfigError
 
 from . import host, results
 from .config import RunSpec
+from .groups import run_fields
 
 
 def _suite_fn(suite: str):
@@ -30,20 +31,27 @@ def _suite_fn(suite: str):
     if suite == "gemm":
         from .gemm import measure
         return measure
-    raise ConfigError(f"suite {suite!r} cannot run in a sweep; choose train, collectives or gemm")
+    if suite == "attention":
+        from .attention import measure
+        return measure
+    raise ConfigError(f"suite {suite!r} cannot run in a sweep; choose train, collectives, gemm or attention")
 
 
 def run_case(suite: str, config: dict, out: str | None, g: host.Grid, device: torch.device) -> dict:
-    """Measure `config` with `suite` on this process grid; rank 0 appends the row to `out`."""
+    """Measure `config` with `suite` on this process grid; rank 0 appends the row to `out`.
+    Launch fields (world, nodes ...: groups.py) are where the config runs, not what: the key
+    keeps them, the suite and the recorded config do not (host facts say where it ran)."""
+    asked, config = config, run_fields(config)
     status, error, metrics, prediction, recorded = "ok", "", {}, {}, dict(config)
     try:
         if suite == "train":
+            from .train import predict, scenario_of
             run = RunSpec.from_dict(config)
             recorded = run.as_dict()
-            metrics, scenario = _suite_fn(suite)(run, g, device)
-            recorded["scenario"] = scenario
-            from .train import predict
-            prediction = predict(scenario)
+            # the prediction first, so that a run that runs out of memory still carries it
+            recorded["scenario"] = scenario_of(run, g, device)
+            prediction = predict(recorded["scenario"])
+            metrics, _ = _suite_fn(suite)(run, g, device)
         else:
             metrics, prediction = _suite_fn(suite)(config, g, device)
     except torch.OutOfMemoryError as exc:
@@ -60,7 +68,7 @@ def run_case(suite: str, config: dict, out: str | None, g: host.Grid, device: to
             torch.cuda.empty_cache()
     row = results.make_row(suite, recorded, status, metrics=metrics, prediction=prediction,
                            host=host.facts(device, g), error=error)
-    row["key"] = results.run_key(suite, config)     # the key of what was asked, for resuming
+    row["key"] = results.run_key(suite, asked)      # the key of what was asked, for resuming
     if out and g.rank == 0:
         results.append(out, row)
     return row
@@ -80,8 +88,13 @@ def summary(row: dict) -> str:
         return (f"{m['op']} {m['bytes']:.3g} B over {m['group_size']} ranks ({cfg.get('placement')}): busbw "
                 f"{m['busbw_gbps']:.2f} GB/s, predicted {p.get('busbw_gbps', float('nan')):.2f}")
     if row["suite"] == "gemm":
-        return (f"gemm {m['m']}x{m['n']}x{m['k']} {m['dtype']}: {m['tflops']:.2f} TFLOP/s, "
+        return (f"gemm {cfg.get('name', '')} {m['m']}x{m['n']}x{m['k']} {m['dtype']}: {m['tflops']:.2f} TFLOP/s, "
                 f"predicted {p.get('tflops', float('nan')):.2f}")
+    if row["suite"] == "attention":
+        return (f"attention {m['backend']} seq {m['seq']} hd {m['head_dim']} heads {m['heads']}/{m['kv_heads']} "
+                f"({m['gqa_mode']}){' causal' if m['causal'] else ''}: forward {m['forward_tflops']:.0f} TFLOP/s "
+                f"(predicted {p.get('forward_tflops', float('nan')):.0f}), backward {m['backward_tflops']:.0f} "
+                f"(predicted {p.get('backward_tflops', float('nan')):.0f})")
     return f"{row['suite']} {what}: ok"
 
 

@@ -11,7 +11,6 @@ and a barrier, so the slowest rank sets it, as it does in training.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 import time
 
@@ -21,9 +20,10 @@ import torch.distributed as dist
 from calculators.errors import ConfigError
 from calculators.flops import model_flops_per_token
 from calculators.parallel import check_layout
-from calculators.scenario import evaluate, parse_hardware
+from calculators.scenario import parse_hardware
 
 from . import host, pipeline
+from . import predict as predict_
 from .model import Transformer, init_weights, loss_fn, rope_table
 from .parallelize import apply_ddp, build_mesh, parallelize
 
@@ -52,6 +52,11 @@ def build_model(spec, run, stage=0, n_stages=1, layers=None):
 def materialize(model, spec, run, device):
     """Allocate the (sharded) weights on `device` and give them their deterministic values."""
     model.to_empty(device=device)
+    # to_empty gives every module its own new tensor, so an unsharded model's tied output weight
+    # would come back as a second matrix (FSDP2 keeps the tie: it manages the shared parameter once)
+    if spec.tied_embeddings and model.output is not None and model.tok_embeddings is not None \
+            and model.output.weight is not model.tok_embeddings.weight:
+        model.output.weight = model.tok_embeddings.weight
     model.rope = rope_table(run.seq, spec.head_dim).to(device)
     init_weights(model, run.seed)
     return model
@@ -79,6 +84,9 @@ def validate(spec, run, par, g: host.Grid, hw: dict, device: torch.device) -> No
         problems.append("context parallelism needs GPUs (its ring attention has no CPU kernels): use --cp 1 on CPU")
     if run.pp > 1 and spec.tied_embeddings:
         problems.append("pipeline parallelism with tied embeddings is not supported by the harness: use an untied model")
+    if run.tp > 1 and spec.tied_embeddings:
+        problems.append("tensor parallelism with tied embeddings is not supported by the harness (its plan shards the "
+                        "embedding by rows and the output by columns, which would untie them): use an untied model")
     if run.precision == "fp8":
         problems.append("fp8 training is not built in the harness yet (it needs torchao's Float8Linear): use bf16")
     if problems:
@@ -161,7 +169,7 @@ def measure(run, g: host.Grid, device: torch.device) -> tuple[dict, dict]:
     par = run.parallel(g.world)
     hw = host.hardware(device, g)
     validate(spec, run, par, g, hw, device)
-    scenario = {"model": host.model_ref(spec), "hardware": hw, "parallel": _parallel_dict(par)}
+    scenario = scenario_of(run, g, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     trainer = Trainer(spec, run, par, g, device)
@@ -184,10 +192,9 @@ def measure(run, g: host.Grid, device: torch.device) -> tuple[dict, dict]:
     return metrics, scenario
 
 
-def _parallel_dict(par) -> dict:
-    d = dataclasses.asdict(par)
-    d["split"] = list(par.split)
-    return d
+def scenario_of(run, g: host.Grid, device: torch.device) -> dict:
+    """The calculators' scenario of this run on this process grid (what its prediction is made from)."""
+    return predict_.scenario(run, host.hardware(device, g), g.world)
 
 
 def _memory(device: torch.device) -> dict:
@@ -203,8 +210,5 @@ def _memory(device: torch.device) -> dict:
 
 
 def predict(scenario: dict) -> dict:
-    try:
-        return evaluate(scenario)
-    except ConfigError as exc:
-        return {"error": str(exc)}
+    return predict_.train(scenario)
 

@@ -2,7 +2,8 @@
 Bridge and NeMo, into benchmark result rows (our schema), with their citation and the calculators'
 prediction, for benchmarks/results/.
 
-    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl and published.jsonl
+    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl, published.jsonl
+                                       # and h100_harness.jsonl
 
 Runs with a clear outcome only: measured (status ok: tokens/s/GPU, MFU from our FLOPs
 convention, memory allocated between steps and peak reserved, GiB, and the bus bandwidths the
@@ -11,6 +12,9 @@ are left out (validation/data/README.md). The prediction is the calculators' ans
 of conversion, trimmed to the estimate contract's keys; the app recomputes the current one.
 Published runs (validation/published.py) carry tokens/s/GPU and the framework's own model TFLOP/s
 per GPU; a layout the calculators cannot express carries the reason as its prediction's error.
+Our own harness's runs on one H100 (validation/data/h100_harness/, as the suites wrote them) keep
+their measurements; their scenario and prediction are made again from the recorded run with the
+current harness and calculators (benchmarks/predict.py), so that they stay one join away.
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ from validation.nanotron import DATA, SOURCE, load_runs
 
 OUT = results.BUNDLED / "nanotron_h100.jsonl"
 PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
+HARNESS_OUT = results.BUNDLED / "h100_harness.jsonl"
+HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
+HARNESS_FILES = ("gemm", "attention", "train", "memory")
 MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits")
 STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
@@ -94,6 +101,38 @@ def published_rows() -> list[dict]:
     return out
 
 
+def _repredict(row: dict) -> dict:
+    """`row` with the scenario and prediction the current harness and calculators give it."""
+    from benchmarks import predict
+    from benchmarks.config import RunSpec
+    row, cfg, m = dict(row), dict(row["config"]), row["metrics"]
+    if row["suite"] in ("train", "memory"):
+        world = cfg["world"] if row["suite"] == "memory" else row["host"]["gpus"]
+        nodes = max(1, world // 8) if row["suite"] == "memory" else row["host"]["nodes"]
+        # rows the suites recorded without a scenario (a run out of memory, before the suite
+        # predicted ahead of running) get the hardware the suite would have described
+        hardware = cfg.get("scenario", {}).get("hardware") or {"gpu": "H100-80GB", "nodes": nodes,
+                                                                "gpus_per_node": world // nodes}
+        run = RunSpec.from_dict({k: v for k, v in cfg.items() if k not in ("scenario", "world", "rank")})
+        cfg["scenario"] = predict.scenario(run, hardware, world)
+        answer = predict.train(cfg["scenario"])
+        row["prediction"] = answer if "error" in answer else {"memory": answer["memory"], "step": answer["step"]}
+    elif row["suite"] == "gemm" and row["status"] == "ok":
+        row["prediction"] = predict.gemm(m["m"], m["n"], m["k"], m["dtype"], {"gpu": "H100-80GB"})
+    elif row["suite"] == "attention" and row["status"] == "ok":
+        row["prediction"] = predict.attention(m, "H100-80GB")
+    row["config"] = cfg
+    return row
+
+
+def harness_rows() -> list[dict]:
+    """Our harness's H100 rows, in suite order, each predicted by the current calculators."""
+    loaded = results.load(*(HARNESS_DATA / f"{name}.jsonl" for name in HARNESS_FILES))
+    if loaded.problems:
+        raise ValueError(f"{HARNESS_DATA}: {loaded.problems}")
+    return [_repredict(r) for r in loaded.rows]
+
+
 def _write(path: Path, data: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -104,9 +143,10 @@ def _write(path: Path, data: list[dict]) -> None:
     print(f"wrote {len(data)} rows to {path}")
 
 
-def main(path: Path = OUT, published_path: Path = PUBLISHED_OUT) -> int:
+def main(path: Path = OUT, published_path: Path = PUBLISHED_OUT, harness_path: Path = HARNESS_OUT) -> int:
     _write(path, rows())
     _write(published_path, published_rows())
+    _write(harness_path, harness_rows())
     return 0
 
 

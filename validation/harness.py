@@ -1,0 +1,123 @@
+"""Predicted vs measured on our own harness's runs on one H100 (benchmarks/results/h100_harness.jsonl,
+made by `python -m validation.bundle` from validation/data/h100_harness/, whose README says how each
+row was measured).
+
+    python -m validation.harness
+
+Prints four tables: training steps on one GPU (step time, MFU, peak allocated memory against the
+predicted total, and whether the calculators called it fitting), the memory suite's ranks of
+multi-GPU layouts (state bytes and peak), GEMMs (measured over predicted TFLOP/s, by dtype) and
+attention kernels (measured over the table's TFLOP/s, by kernel). Errors are (predicted -
+measured) / measured: positive means the calculators are slow (time) or high (memory).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+
+from benchmarks import results
+from calculators.memory import USABLE_FRACTION
+from validation.bundle import HARNESS_OUT
+
+
+def _rows(suite: str) -> list[dict]:
+    return [r for r in results.load(HARNESS_OUT).rows if r["suite"] == suite]
+
+
+@dataclass
+class TrainCheck:
+    ok: int
+    oom: int
+    time_errors: list            # (label, error) per ok run
+    memory_errors: list          # (label, predicted - measured GiB) per ok run
+    fit_calls: list              # (label, status, predicted total GiB, called fitting)
+
+    @property
+    def time_median(self) -> float:
+        return statistics.median(abs(e) for _, e in self.time_errors)
+
+    @property
+    def time_worst(self) -> float:
+        return max(abs(e) for _, e in self.time_errors)
+
+    @property
+    def fit_accuracy(self) -> float:
+        return sum((s == "ok") == fit for _, s, _, fit in self.fit_calls) / len(self.fit_calls)
+
+
+def _label(cfg: dict) -> str:
+    return (f"{cfg['model']} seq {cfg['seq']} mbs {cfg['mbs']} {cfg['recompute']}"
+            f"{' compile' if cfg.get('compile') else ''}")
+
+
+def train_check() -> TrainCheck:
+    times, mems, fits = [], [], []
+    rows = _rows("train")
+    for r in rows:
+        p, m, label = r["prediction"], r["metrics"], _label(r["config"])
+        if "memory" not in p:
+            continue
+        total = p["memory"]["total_gib"]
+        fits.append((label, r["status"], total, total <= USABLE_FRACTION * p["memory"]["capacity_gib"]))
+        if r["status"] == "ok":
+            times.append((label, (p["step"]["time_s"] - m["step_time_s"]) / m["step_time_s"]))
+            mems.append((label, total - m["peak_allocated_gib"]))
+    return TrainCheck(sum(r["status"] == "ok" for r in rows), sum(r["status"] == "oom" for r in rows),
+                      times, mems, fits)
+
+
+def ratios(suite: str, key: str, group: str) -> dict[str, list[float]]:
+    """measured / predicted `key` per value of metrics[group]."""
+    out: dict[str, list[float]] = {}
+    for r in _rows(suite):
+        if r["status"] == "ok" and r["prediction"].get(key):
+            out.setdefault(str(r["metrics"][group]), []).append(r["metrics"][key] / r["prediction"][key])
+    return out
+
+
+def main() -> int:
+    c = train_check()
+    print(f"Training on one H100 (eager or torch.compile, AdamW, bf16 autocast): {c.ok} ran, {c.oom} out of "
+          "memory\n")
+    print(f"{'run':46s} {'step s':>7s} {'pred':>7s} {'error':>7s} {'MFU':>6s} {'peak GiB':>9s} {'pred':>6s}")
+    for r in _rows("train"):
+        if r["status"] != "ok" or "step" not in r["prediction"]:
+            continue
+        m, p = r["metrics"], r["prediction"]
+        print(f"{_label(r['config']):46s} {m['step_time_s']:7.3f} {p['step']['time_s']:7.3f} "
+              f"{(p['step']['time_s'] - m['step_time_s']) / m['step_time_s']:+7.1%} {m['mfu']:6.1%} "
+              f"{m['peak_allocated_gib']:9.1f} {p['memory']['total_gib']:6.1f}")
+    print(f"\nstep time: median |error| {c.time_median:.1%}, largest {c.time_worst:.1%}")
+    under = [d for _, d in c.memory_errors]
+    print(f"peak allocated: predicted total minus measured peak, median {statistics.median(under):+.1f} GiB "
+          f"(from {min(under):+.1f} to {max(under):+.1f})")
+    print(f"fit / out of memory called correctly (total <= {USABLE_FRACTION:.0%} of capacity): "
+          f"{c.fit_accuracy:.0%} of {len(c.fit_calls)}")
+    for label, status, total, fit in c.fit_calls:
+        if (status == "ok") != fit:
+            print(f"  wrong call: {label}: {status}, predicted {total:.1f} GiB")
+    print("\nOne rank of multi-GPU layouts (memory suite, fake process group)\n")
+    print(f"{'layout':44s} {'state GiB':>9s} {'pred':>6s} {'peak GiB':>9s} {'pred':>6s}")
+    for r in _rows("memory"):
+        cfg, m, p = r["config"], r["metrics"], r["prediction"].get("memory", {})
+        if r["status"] != "ok" or not p:
+            continue
+        label = (f"{cfg['model']} world {cfg['world']} tp {cfg['tp']} cp {cfg['cp']} zero {cfg['zero']} "
+                 f"{cfg['recompute']}")
+        state = m["params_gib"] + m["grads_gib"] + m["optimizer_gib"]
+        pstate = p["params_gib"] + p["grads_gib"] + p["optimizer_gib"]
+        print(f"{label:44s} {state:9.2f} {pstate:6.2f} {m['peak_allocated_gib']:9.1f} {p['total_gib']:6.1f}")
+    print("\nGEMMs: measured / predicted TFLOP/s (median, range)")
+    for dtype, xs in ratios("gemm", "tflops", "dtype").items():
+        print(f"  {dtype}: {statistics.median(xs):.2f} ({min(xs):.2f} to {max(xs):.2f}) over {len(xs)} shapes")
+    print("\nAttention: measured / table TFLOP/s (median, range)")
+    for key in ("forward_tflops", "backward_tflops"):
+        for backend, xs in ratios("attention", key, "backend").items():
+            print(f"  {backend} {key.split('_')[0]}: {statistics.median(xs):.2f} ({min(xs):.2f} to {max(xs):.2f}) "
+                  f"over {len(xs)} cases")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
