@@ -1,0 +1,223 @@
+"""Predicted vs published on stacks the time model was not developed on: PyTorch-native FSDP
+(torchtitan, PyTorch's FSDP runs), NVIDIA's benchmark suites beyond published_runs.csv, long
+context, mixture of experts, FP8; tokens/s/GPU and peak memory, nothing fitted to them.
+
+    python -m validation.stacks
+
+Each row of validation/data/published_more.csv is one published run, with where it was read
+(validation/data/published_more_SOURCES.md says what each source is and how it was read). A row
+the calculators cannot express is listed with the reason, never dropped silently. Errors are
+tabled per cell of (framework, dense or MoE, precision, sequence length, ZeRO stage, pipeline or
+not), beside two constant-MFU guesses (40% and 50% of the dense bf16 peak on the same FLOPs), which
+a model worth its complexity must beat.
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from calculators.errors import ConfigError
+from calculators.flops import model_flops_per_token
+from calculators.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
+from calculators.memory import estimate_memory
+from calculators.models import ModelSpec, MoESpec
+from calculators.parallel import ParallelConfig, check_layout
+from calculators.presets import MODEL_PRESETS, model_from_name
+from calculators.profiles import default_profile
+from calculators.step import estimate_step
+
+DATA = Path(__file__).parent / "data" / "published_more.csv"
+FRAMEWORKS = {"torchtitan": "fsdp2", "fsdp2": "fsdp2", "fsdp": "fsdp2", "megatron": "megatron", "nemo": "megatron",
+              "deepspeed": "deepspeed", "nanotron": "nanotron"}
+# H800: an H100 whose NVLink is cut to 400 GB/s (200 one way); DeepSeek-V3's cluster has one
+# 400 Gb/s InfiniBand NIC per GPU (DeepSeek-V3 technical report, section 3.1)
+EXTRA_GPUS = {"H800": GPUSpec("H800", 79.65, 989.4, 1978.9, 3.35, 200, 50, 8,
+                              "NVIDIA H800 SXM (H100 compute, NVLink 400 GB/s bidirectional)")}
+RECOMPUTE = {"": "none", "none": "none", "no": "none", "false": "none", "full": "full", "selective": "selective",
+             "selective op": "op_sac", "op": "op_sac", "op-sac": "op_sac", "op_sac": "op_sac",
+             "selective (torchtitan op)": "op_sac", "selective layer": "layer:2", "core_attn": "core_attn"}
+
+
+@dataclass(frozen=True)
+class Run:
+    line: int
+    source: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    par: ParallelConfig
+    measured: float | None            # tokens/s/GPU
+    memory_gib: float | None
+    memory_kind: str
+    note: str
+
+
+def _int(row, key, default=None):
+    text = (row.get(key) or "").strip()
+    return int(float(text)) if text else default
+
+
+def _model(row) -> ModelSpec:
+    name = row["model"].strip().lower()
+    if name in MODEL_PRESETS:
+        return model_from_name(name)
+    fields = dict(part.split("=") for part in row["model_shape"].replace(" ", "").split(";") if "=" in part)
+    moe = MoESpec(experts=int(fields["experts"]), top_k=int(fields["top_k"]), expert_ffn=int(fields["expert_ffn"]),
+                  shared_experts=int(fields.get("shared", 0))) if "experts" in fields else None
+    return ModelSpec(layers=int(fields["layers"]), hidden=int(fields["hidden"]), heads=int(fields["heads"]),
+                     kv_heads=int(fields.get("kv_heads", 0)), ffn=int(fields.get("ffn", 0)),
+                     vocab=int(fields["vocab"]), moe=moe, name=name[:100])
+
+
+def _run(line: int, row: dict) -> Run:
+    framework = FRAMEWORKS.get(row["framework"].strip().lower())
+    if framework is None:
+        raise ValueError(f"framework {row['framework']!r} is not one the calculators model")
+    gpu_name = row["gpu"].strip()
+    gpu = GPU_PRESETS.get(gpu_name) or EXTRA_GPUS.get(gpu_name)
+    if gpu is None:
+        raise ValueError(f"gpu {gpu_name!r} is not a preset")
+    model = _model(row)
+    gpus, per_node = _int(row, "gpus"), _int(row, "gpus_per_node", gpu.gpus_per_node)
+    tp, pp, cp, ep = (_int(row, k, 1) for k in ("tp", "pp", "cp", "ep"))
+    vpp = _int(row, "vpp", 1)
+    dp = _int(row, "dp", gpus // (tp * pp * cp))
+    mbs, seq = _int(row, "mbs", 1), _int(row, "seq")
+    gbs = _int(row, "gbs", dp * mbs)
+    recompute = RECOMPUTE.get(row["recompute"].strip().lower(), row["recompute"].strip().lower())
+    par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,
+                         seq=seq, zero=_int(row, "zero", 3 if framework == "fsdp2" else 1), sp=tp > 1,
+                         tp_overlap=framework == "megatron" and tp > 1, recompute=recompute or "none",
+                         precision=row["precision"].strip().lower() or "bf16", framework=framework,
+                         schedule="interleaved" if vpp > 1 else "1f1b",
+                         compile=row["compile"].strip().lower() in ("yes", "true", "1"),
+                         dispatcher="deepep" if "deepep" in row["other_settings"].lower() else "alltoall")
+    cluster = ClusterSpec(gpu, nodes=max(1, gpus // per_node), gpus_per_node=min(per_node, gpus))
+    tps = _float(row, "tokens_per_s_per_gpu")
+    if tps is None and _float(row, "mfu") is not None:
+        tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
+    mem = _float(row, "peak_memory_gib")
+    return Run(line, row["source_id"], model, cluster, par, tps, mem, row["memory_kind"].strip(), row["note"])
+
+
+def _float(row, key):
+    text = (row.get(key) or "").strip().rstrip("%")
+    if not text:
+        return None
+    value = float(text.replace(",", ""))
+    return value / 100 if key == "mfu" and value > 1 else value
+
+
+@dataclass(frozen=True)
+class Scored:
+    run: Run
+    predicted: float | None           # tokens/s/GPU
+    memory_gib: float | None          # predicted peak allocated
+    reason: str
+
+    @property
+    def error(self):
+        return None if self.predicted is None or not self.run.measured else self.predicted / self.run.measured - 1
+
+    def guess_error(self, mfu: float):
+        """The error of a constant-MFU guess: `mfu` of the dense bf16 peak on the model's FLOPs."""
+        if not self.run.measured:
+            return None
+        gpu = self.run.cluster.gpu
+        return mfu * gpu.bf16_tflops * 1e12 / model_flops_per_token(self.run.model, self.run.par.seq) / \
+            self.run.measured - 1
+
+
+def load(path: Path = DATA) -> tuple[list[Run], list[tuple[int, str]]]:
+    """(runs, [(line, why it could not be read)])."""
+    runs, skipped = [], []
+    if not path.exists():
+        return runs, skipped
+    with open(path, newline="") as fh:
+        for line, row in enumerate(csv.DictReader(fh), start=2):
+            try:
+                runs.append(_run(line, row))
+            except (KeyError, ValueError, ConfigError, ZeroDivisionError, TypeError) as exc:
+                skipped.append((line, str(exc)))
+    return runs, skipped
+
+
+def score(run: Run) -> Scored:
+    try:
+        check_layout(run.model, run.cluster, run.par)
+        step = estimate_step(run.model, run.cluster, run.par, default_profile(run.cluster.gpu.name))
+        mem = estimate_memory(run.model, run.cluster, run.par)
+    except ConfigError as exc:
+        return Scored(run, None, None, str(exc))
+    return Scored(run, step.tokens_per_s_per_gpu, mem.total_gib, "")
+
+
+def cell(s: Scored) -> tuple:
+    p = s.run.par
+    return (p.framework, "MoE" if s.run.model.moe else "dense", p.precision, "seq>8k" if p.seq > 8192 else "seq<=8k",
+            f"zero{p.zero}", "pp" if p.pp > 1 else "no pp")
+
+
+def summary(scored: list[Scored], key=lambda s: "all") -> dict:
+    """key -> (runs, median |error|, p90 |error|, median signed, 40%-MFU median, 50%-MFU median)."""
+    groups: dict = {}
+    for s in scored:
+        if s.error is not None:
+            groups.setdefault(key(s), []).append(s)
+    out = {}
+    for k, group in groups.items():
+        errs = sorted(abs(s.error) for s in group)
+        out[k] = (len(group), statistics.median(errs), errs[min(len(errs) - 1, int(0.9 * len(errs)))],
+                  statistics.median(s.error for s in group),
+                  statistics.median(abs(s.guess_error(0.4)) for s in group),
+                  statistics.median(abs(s.guess_error(0.5)) for s in group))
+    return out
+
+
+def memory_summary(scored: list[Scored]) -> dict:
+    """framework -> (runs, median |predicted / measured - 1|); reserved memory is compared with the
+    predicted peak allocated times 1.10 (the ratio the nanotron runs measured, validation.memory)."""
+    groups: dict = {}
+    for s in scored:
+        if s.memory_gib and s.run.memory_gib:
+            ratio = 1.10 if s.run.memory_kind == "reserved" else 1.0
+            groups.setdefault(s.run.par.framework, []).append(abs(s.memory_gib * ratio / s.run.memory_gib - 1))
+    return {k: (len(v), statistics.median(v)) for k, v in groups.items()}
+
+
+def main() -> None:
+    runs, skipped = load()
+    scored = [score(r) for r in runs]
+    print(f"Source: {DATA.name} ({len(runs)} runs read, {len(skipped)} rows not readable)\n")
+    print("| run | source | measured tok/s/GPU | predicted | error | 40% MFU guess |")
+    print("|---|---|---|---|---|---|")
+    for s in scored:
+        p = s.run.par
+        label = (f"{s.run.model.name} {s.run.cluster.world}x{s.run.cluster.gpu.name} {p.framework} {p.precision} "
+                 f"tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero} mbs{p.mbs} seq{p.seq} {p.recompute}"
+                 + (" compile" if p.compile else ""))
+        if s.predicted is None:
+            print(f"| {label} | {s.run.source} | {s.run.measured or '-'} | not expressible: {s.reason[:120]} | | |")
+        elif s.run.measured:
+            print(f"| {label} | {s.run.source} | {s.run.measured:,.0f} | {s.predicted:,.0f} | {s.error:+.0%} | "
+                  f"{s.guess_error(0.4):+.0%} |")
+    print("\n| cell | runs | median abs error | p90 | median signed | 40% MFU | 50% MFU |\n|---|---|---|---|---|---|---|")
+    for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, cell).items()):
+        print(f"| {' '.join(k)} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} | {g40:.1%} | {g50:.1%} |")
+    for name, key in (("all", lambda s: "all"), ("by source", lambda s: s.run.source)):
+        print(f"\n{name}:")
+        for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, key).items()):
+            print(f"  {k}: {n} runs, median {med:.1%}, p90 {p90:.1%}, signed {signed:+.1%}; "
+                  f"constant MFU 40% {g40:.1%}, 50% {g50:.1%}")
+    print("\nmemory, median |predicted/measured - 1| by framework:")
+    for k, (n, med) in sorted(memory_summary(scored).items()):
+        print(f"  {k}: {n} runs, {med:.1%}")
+    covered = sum(s.predicted is not None for s in scored)
+    print(f"\ncoverage: {covered} of {len(scored)} readable runs expressed ({covered / max(1, len(scored)):.0%})")
+    for line, why in skipped:
+        print(f"  line {line}: {why}")
+
+
+if __name__ == "__main__":
+    main()
