@@ -1,4 +1,4 @@
-"""Attention kernels' time from the FlashAttention-3 paper's H100 measurements (attention.py)."""
+"""Attention kernels' time from the FlashAttention-3 paper's H100 measurements and ours (attention.py)."""
 import pytest
 
 from calculators import attention
@@ -17,6 +17,8 @@ def test_the_table_is_reproduced_at_its_points():
             fwd, bwd = attention.rates(kernel, seq, 128, causal=False)
             assert fwd == pytest.approx(table["full"][i]) and bwd == pytest.approx(table["backward"][i])
             assert attention.rates(kernel, seq, 128)[0] == pytest.approx(table["causal"][i])
+            if "backward_causal" in table:
+                assert attention.rates(kernel, seq, 128)[1] == pytest.approx(table["backward_causal"][i])
 
 
 def test_the_h100_profile_is_fa2s_plateau_and_the_faster_kernels_are_faster():
@@ -25,7 +27,8 @@ def test_the_h100_profile_is_fa2s_plateau_and_the_faster_kernels_are_faster():
     gpu = gpu_from_name("H100-80GB")
     par = ParallelConfig(mbs=1, seq=8192)
     fa2, cudnn, fa3 = (sum(attention.attention_time(L8B, par, k, gpu, h100)) for k in ("fa2", "cudnn", "fa3"))
-    assert fa3 < cudnn < 0.65 * fa2
+    assert max(fa3, cudnn) < 0.65 * fa2         # cuDNN 9.19 (ours) runs level with the paper's FA3
+    assert abs(cudnn / fa3 - 1) < 0.05
     # short sequences run well under the plateau, forward and backward
     assert all(s < 0.8 * p for s, p in zip(attention.rates("fa2", 512, 128), attention.rates("fa2", 8192, 128)))
 
