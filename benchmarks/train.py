@@ -68,11 +68,23 @@ def _part(spec, run, device, mesh, dp_mesh, *stage):
     return apply_ddp(materialize(model, spec, run, device), dp_mesh, run.zero, device)
 
 
+def _implementation(opt) -> str:
+    """How the optimizer steps (fused, foreach or a loop over tensors): it changes the step's peak."""
+    group = opt.param_groups[0]
+    how = "fused" if group.get("fused") else "foreach" if group.get("foreach") else "for-loop"
+    return f"{type(opt).__name__} {how}"
+
+
 def _optimizer(params, run):
+    """AdamW as torchtitan runs it by default: the fused kernel on a GPU (the foreach form allocates
+    a parameter-sized fp32 temporary in every step, 4 bytes per parameter at the peak, which an H100
+    run of the 3.57B measured: benchmarks/sessions/h100.sh, validation/data/h100_harness); foreach
+    on a CPU, where the loss-equivalence tests run."""
     if run.optimizer == "sgd":
         return torch.optim.SGD(params, lr=run.lr)
+    cuda = bool(params) and params[0].device.type == "cuda"
     return torch.optim.AdamW(params, lr=run.lr, betas=(0.9, 0.95), weight_decay=0.1,
-                             fused=None, foreach=True)
+                             fused=True if cuda else None, foreach=None if cuda else True)
 
 
 def validate(spec, run, par, g: host.Grid, hw: dict, device: torch.device) -> None:
@@ -187,7 +199,7 @@ def measure(run, g: host.Grid, device: torch.device) -> tuple[dict, dict]:
     tps = par.gbs * par.seq / step_time / g.world
     metrics = {"step_time_s": step_time, "step_times_s": timed, "tokens_per_s_per_gpu": tps,
                "mfu": tps * model_flops_per_token(spec, par.seq) / (host.peak_tflops(hw, par.precision) * 1e12),
-               "losses": losses}
+               "losses": losses, "optimizer": _implementation(trainer.opt)}
     metrics.update(_memory(device))
     return metrics, scenario
 

@@ -18,7 +18,11 @@ FakeTensorMode and saved-tensor hooks). Conventions:
   what it re-materialises (`recomputed_extra`, see memory.py).
 - SwiGLU saves gate, up, silu(gate) and their product (4 x T*f/tp) in PyTorch's unfused form;
   Megatron's fused bias-SwiGLU saves 3 (the gate/up output and the product); under torch.compile
-  (parallel.compile, fsdp2 and deepspeed) 2, and each norm keeps its input and rstd, not its output.
+  (parallel.compile, fsdp2 and deepspeed) 3 (gate, up and the product, the down projection's
+  input), each norm keeps its input and rstd, not its output, and the attention output is kept
+  twice (the kernel's, and the output projection's input as a buffer of its own).
+- fsdp2 at ZeRO 0/1 runs autocast over fp32 weights (`autocast_over_fp32`): bf16 weight casts,
+  fp32 norm inputs and per-linear input casts are kept too.
 - MoE (dropless, token choice, permute -> expert GEMMs -> weighted combine): fp32 router
   probabilities (T*E), int64 top-k indices, the K*T dispatched tokens, expert MLP intermediates
   for K*T tokens, and the K*T expert outputs kept for the weighted combine.
@@ -56,17 +60,45 @@ def tokens(par: ParallelConfig) -> float:
 
 
 def _norm_kept(framework: str, compiled: bool) -> int:
-    """Bytes per element an RMSNorm keeps for backward besides its fp32 rstd (checked against
-    PyTorch's saved tensors, tests/calculators/test_recompute_torch.py):
-    - fused (Megatron/TE, nanotron): its bf16 input and output, 4;
-    - eager torchtitan (nn.RMSNorm composite): the fp32 upcast of the input, the fp32 normalised
-      value and the bf16 output, 10;
-    - eager Hugging Face (LlamaRMSNorm): the fp32 upcast, the bf16 normalised value and the
-      weighted bf16 output, 8;
+    """Bytes per element an RMSNorm keeps for backward besides its fp32 rstd, counting the output
+    the linear after it saves:
+    - fused (Megatron/TE, nanotron, and torchtitan's nn.RMSNorm on CUDA, where PyTorch runs its
+      fused kernel, FusedRmsNormBackward0): its bf16 input and output, 4. Measured on an H100
+      with PyTorch 2.11 (validation/data/h100_harness/saved_bytes_*.json); on a CPU nn.RMSNorm is
+      still composite and keeps 10 (the fp32 upcast, the fp32 normalised value, the bf16 output);
+    - eager Hugging Face (LlamaRMSNorm, its own Python): the fp32 upcast, the bf16 normalised value
+      and the weighted bf16 output, 8;
     - under torch.compile: the input only (the output is recomputed), 2."""
     if compiled:
         return BF16
-    return {"fsdp2": 2 * FP32 + BF16, "deepspeed": FP32 + 2 * BF16}.get(framework, 2 * BF16)
+    return {"deepspeed": FP32 + 2 * BF16}.get(framework, 2 * BF16)
+
+
+def autocast_over_fp32(par: ParallelConfig) -> bool:
+    """torchtitan without FSDP (fsdp2 at ZeRO 0/1: DDP, or one GPU) trains fp32 weights under
+    torch.autocast. Autocast casts each weight to bf16 in every forward and autograd keeps the cast
+    until the backward (2 bytes per parameter per micro-batch in flight); the residual stream is
+    fp32 (the embedding's output), so each norm keeps an fp32 input, and eagerly each linear casts
+    its fp32 input to bf16 on its own and keeps that copy (q, k and v: three). Under torch.compile
+    Inductor fuses the casts and keeps what a bf16 model keeps, plus the weight casts. Measured
+    tensor by tensor on an H100 (validation/data/h100_harness/saved_bytes_*.json)."""
+    return par.framework == "fsdp2" and par.zero <= 1
+
+
+def _weight_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
+    """(attention's, the MLP's) bf16 weight copies autocast keeps for one micro-batch of one layer."""
+    att = mlp = 0.0
+    for mm in model.layer_matmuls(moe_layer):
+        n = mm.fan_in * mm.fan_out * mm.stored
+        n /= par.ep * par.etp if mm.expert else par.tp if mm.tp in ("col", "row") else 1
+        if mm.name in ATTENTION_MATMULS:
+            att += BF16 * n
+        else:
+            mlp += BF16 * n
+    return att, mlp
+
+
+ATTENTION_MATMULS = ("q", "k", "v", "o", "q_a", "q_b", "kv_a", "kv_b")
 
 
 def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
@@ -79,11 +111,20 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
     # norm's output from its input and rstd, silu(gate) and its product with up from gate and up
     compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
     norm_region = T_sp * (_norm_kept(par.framework, compiled) * h + FP32)    # per norm: what it keeps, its rstd
+    autocast = autocast_over_fp32(par)
+    att_norm = mlp_norm = norm_region
+    if autocast and not compiled:       # an fp32 input, and one bf16 copy of the output per linear reading it
+        att_norm = T_sp * (FP32 * h + FP32) + BF16 * T * h * (1 if model.mla else 3)
+        if not moe_layer:
+            mlp_norm = T_sp * (FP32 * h + FP32) + BF16 * T * h * (2 if model.mlp == "swiglu" else 1)
+        else:                           # an MoE layer's dispatch under autocast was not measured: the
+            mlp_norm = T_sp * ((2 * FP32 + BF16) * h + FP32)    # composite count this layout had before
     qkv_width = model.q_dim + (model.q_dim if model.mla else 2 * model.kv_dim)
     v_width = model.attn_out_dim if model.mla else 0      # MLA: v has its own head dim
-    attention = (norm_region
+    attention = (att_norm
                  + BF16 * T * (qkv_width + v_width) / t   # q, k, v after RoPE (flash inputs)
-                 + BF16 * T * model.attn_out_dim / t      # attention output = o_proj input
+                 # attention output = o_proj input (compiled: o_proj's input is a buffer of its own)
+                 + BF16 * T * model.attn_out_dim / t * (2 if compiled else 1)
                  + (FP32 * T * model.heads / t if par.flash else 0.0))  # log-sum-exp per head
     if model.mla:
         x = model.mla
@@ -93,8 +134,10 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
         # the unfused core keeps k and v repeated to all heads for the batched matmuls
         attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
-    per_ffn = (2 if compiled else 3 if par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
-    mlp = norm_region                                 # norm output = input of the MLP / router
+    # SwiGLU keeps gate, up, silu(gate) and the product eagerly; Megatron's fused bias-SwiGLU and
+    # torch.compile drop silu(gate) (the product stays: it is the down projection's input)
+    per_ffn = (3 if compiled or par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+    mlp = mlp_norm                                    # norm output = input of the MLP / router
     if not moe_layer:
         mlp += BF16 * per_ffn * T * model.ffn / t
     else:
@@ -106,7 +149,10 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         mlp += BF16 * per_ffn * routed * e.expert_ffn / par.etp
         if e.shared_experts:
             mlp += BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
-    layer_input = BF16 * T_sp * h
+    layer_input = (FP32 if autocast else BF16) * T_sp * h
+    if autocast:
+        casts = _weight_casts(model, par, moe_layer)
+        attention, mlp = attention + casts[0], mlp + casts[1]
     return LayerActivations(attention=attention, scores=scores, mlp=mlp, layer_input=layer_input)
 
 
@@ -119,7 +165,8 @@ def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
     t = par.tp
     T = tokens(par)
     T_sp = T / t if par.sp else T
-    kept = BF16 * T_sp * model.hidden + BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
+    layer_input = (FP32 if autocast_over_fp32(par) else BF16) * T_sp * model.hidden    # fp32 under autocast
+    kept = layer_input + BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
     mms = model.layer_matmuls(moe_layer)
     for mm, saved in zip(mms, sac_saved(mms)):
         if saved:

@@ -34,7 +34,7 @@ OUT = results.BUNDLED / "nanotron_h100.jsonl"
 PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
 HARNESS_OUT = results.BUNDLED / "h100_harness.jsonl"
 HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
-HARNESS_FILES = ("gemm", "attention", "train", "memory")
+HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory")
 MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits")
 STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")

@@ -46,16 +46,18 @@ class TrainCheck:
         return sum((s == "ok") == fit for _, s, _, fit in self.fit_calls) / len(self.fit_calls)
 
 
-def _label(cfg: dict) -> str:
+def _label(row: dict) -> str:
+    cfg = row["config"]
     return (f"{cfg['model']} seq {cfg['seq']} mbs {cfg['mbs']} {cfg['recompute']}"
-            f"{' compile' if cfg.get('compile') else ''}")
+            f"{' compile' if cfg.get('compile') else ''}"
+            f"{' fused AdamW' if 'fused' in str(row['metrics'].get('optimizer', '')) else ''}")
 
 
 def train_check() -> TrainCheck:
     times, mems, fits = [], [], []
     rows = _rows("train")
     for r in rows:
-        p, m, label = r["prediction"], r["metrics"], _label(r["config"])
+        p, m, label = r["prediction"], r["metrics"], _label(r)
         if "memory" not in p:
             continue
         total = p["memory"]["total_gib"]
@@ -78,14 +80,14 @@ def ratios(suite: str, key: str, group: str) -> dict[str, list[float]]:
 
 def main() -> int:
     c = train_check()
-    print(f"Training on one H100 (eager or torch.compile, AdamW, bf16 autocast): {c.ok} ran, {c.oom} out of "
-          "memory\n")
-    print(f"{'run':46s} {'step s':>7s} {'pred':>7s} {'error':>7s} {'MFU':>6s} {'peak GiB':>9s} {'pred':>6s}")
+    print(f"Training on one H100 (eager or torch.compile, AdamW foreach unless said, bf16 autocast): {c.ok} ran, "
+          f"{c.oom} out of memory\n")
+    print(f"{'run':58s} {'step s':>7s} {'pred':>7s} {'error':>7s} {'MFU':>6s} {'peak GiB':>9s} {'pred':>6s}")
     for r in _rows("train"):
         if r["status"] != "ok" or "step" not in r["prediction"]:
             continue
         m, p = r["metrics"], r["prediction"]
-        print(f"{_label(r['config']):46s} {m['step_time_s']:7.3f} {p['step']['time_s']:7.3f} "
+        print(f"{_label(r):58s} {m['step_time_s']:7.3f} {p['step']['time_s']:7.3f} "
               f"{(p['step']['time_s'] - m['step_time_s']) / m['step_time_s']:+7.1%} {m['mfu']:6.1%} "
               f"{m['peak_allocated_gib']:9.1f} {p['memory']['total_gib']:6.1f}")
     print(f"\nstep time: median |error| {c.time_median:.1%}, largest {c.time_worst:.1%}")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session of measurements on a single H100 (or H200): the suites that need one GPU only.
 #   bash benchmarks/sessions/h100.sh OUTDIR [stage ...]
-# Stages: probe gemm attention long train1 train2 memory cp (default: all). Each stage has a
-# wall-clock limit so that one slow or hanging stage cannot take the others' time; results append
-# to OUTDIR/<suite>.jsonl (a sweep resumes: configs already there are skipped).
+# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra (default:
+# probe gemm attention long train1 train2 memory cp). Each stage has a wall-clock limit so that one
+# slow or hanging stage cannot take the others' time; results append to OUTDIR/<suite>.jsonl (a
+# sweep resumes: configs already there are skipped).
 set -u
 out=${1:?usage: h100.sh OUTDIR [stage ...]}; shift
 mkdir -p "$out"
@@ -37,6 +38,8 @@ for s in $stages; do
         --causal true --backends flash,cudnn --iters 5 --out "$out/attention.jsonl" ;;
     train1)
       stage train1 240 $py -m benchmarks sweep "$here/h100_train_1.jsonl" --out "$out/train.jsonl" ;;
+    train3)      # the fused AdamW (no parameter-sized temporary in its step): the runs it changes most
+      stage train3 240 $py -m benchmarks sweep "$here/h100_train_3.jsonl" --out "$out/train.jsonl" ;;
     train2)
       stage train2 300 $py -m benchmarks sweep "$here/h100_train_2.jsonl" --out "$out/train.jsonl" ;;
     memory)      # one rank of multi-GPU layouts, fake process group

@@ -14,7 +14,7 @@ from calculators.flops import recomputed_flops_per_token
 from calculators.models import ModelSpec
 from calculators.parallel import ParallelConfig
 from calculators.recompute import order, policy, sac_saved, valid
-from tests.calculators.reference_eager import HFBlock, TitanBlock, elementwise_bytes, kept_bytes
+from tests.calculators.reference_eager import HFBlock, TitanBlock, TitanBlockCuda, elementwise_bytes, kept_bytes
 
 SHAPES = [(256, 4, 2, 512, None, 2, 64), (512, 8, 8, 1024, None, 1, 128), (384, 6, 2, 1000, 96, 2, 96)]
 BLOCKS = [(TitanBlock, "fsdp2"), (HFBlock, "deepspeed")]
@@ -25,31 +25,36 @@ def _model(h, heads, kv, ffn, head_dim):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("block,framework", BLOCKS, ids=["torchtitan", "hugging-face"])
+@pytest.mark.parametrize("block,framework", [(TitanBlockCuda, "fsdp2"), (HFBlock, "deepspeed")],
+                         ids=["torchtitan", "hugging-face"])
 @pytest.mark.parametrize("recompute", ["none", "op_sac", "full"])
 def test_kept_bytes_match_what_pytorch_keeps(shape, block, framework, recompute):
+    """bf16 blocks, as FSDP2's mixed precision runs them (ZeRO 3: no autocast)."""
     h, heads, kv, ffn, head_dim, batch, seq = shape
     model = _model(h, heads, kv, ffn, head_dim)
-    par = ParallelConfig(mbs=batch, seq=seq, framework=framework, recompute=recompute)
+    par = ParallelConfig(mbs=batch, seq=seq, framework=framework, recompute=recompute, zero=3, dp=2)
     predicted = saved_per_layer(model, par, False)
     if recompute != "none":             # a checkpoint keeps its input, which the test made beforehand
         predicted -= layer_activations(model, par, False).layer_input
     measured = kept_bytes(block, h, heads, kv, ffn, head_dim, batch, seq, recompute)
+    if recompute == "none" and block is TitanBlockCuda:
+        measured += 2 * batch * seq * h     # the fused norm keeps the block's input, which the test made beforehand
     assert predicted == pytest.approx(measured, rel=1e-9, abs=0), (predicted, measured)
 
 
 def test_op_sac_keeps_far_less_than_megatrons_selective():
     """torchtitan's "selective" is op-level SAC; Megatron's is the attention core (nothing saved with
-    flash attention): the same word, under half the memory on Llama 3 8B's shape (and under a
-    third of what torchtitan keeps without recompute)."""
+    flash attention): the same word, under half the memory on Llama 3 8B's shape under FSDP (and
+    under 40% of what torchtitan keeps without recompute, with the fused norm a GPU runs)."""
     model = ModelSpec(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256)
 
     def kept(framework, recompute):
-        return saved_per_layer(model, ParallelConfig(mbs=1, seq=8192, framework=framework, recompute=recompute), False)
+        par = ParallelConfig(mbs=1, seq=8192, framework=framework, recompute=recompute, zero=3, dp=2)
+        return saved_per_layer(model, par, False)
     assert policy("fsdp2", "selective") == ("op_sac", 1) and policy("megatron", "selective") == ("core_attn", 1)
     assert kept("megatron", "selective") == kept("megatron", "none")
     assert kept("fsdp2", "selective") < 0.5 * kept("megatron", "selective")
-    assert kept("fsdp2", "selective") < 0.33 * kept("fsdp2", "none")
+    assert kept("fsdp2", "selective") < 0.40 * kept("fsdp2", "none")
 
 
 def test_layer_level_recompute_averages_over_its_period():

@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import results
 from validation import bundle
 from validation.harness import ratios, train_check
@@ -44,3 +46,30 @@ def test_kernel_tables_hold_on_our_measurements():
 def test_script_prints_the_tables():
     out = subprocess.run([sys.executable, "-m", "validation.harness"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Training on one H100" in out.stdout and "Attention" in out.stdout
+
+
+def test_activation_bytes_per_layer_are_what_a_gpu_kept():
+    """One harness block's saved tensors on an H100 (benchmarks/sessions/saved_bytes.py, PyTorch
+    2.11): bf16 weights as FSDP2's mixed precision runs them, fp32 weights under autocast, each
+    eager and compiled, for two shapes. The measurement left the block's input out; eagerly the
+    first norm keeps it (bf16, or fp32 under autocast), which the calculators count. Whether the
+    compiled graph keeps it was not recorded; the rest matches."""
+    import json
+    from pathlib import Path
+
+    from calculators.activations import layer_activations
+    from calculators.parallel import ParallelConfig
+    from calculators.presets import model_from_name
+    cases = {"bf16 weights (fsdp2 MP)": (3, False, 2), "fp32 weights + autocast": (0, False, 4),
+             "bf16 weights, compiled": (3, True, 0), "fp32 + autocast, compiled": (0, True, 0)}
+    files = sorted(Path(bundle.HARNESS_DATA).glob("saved_bytes_*.json"))
+    assert len(files) == 2
+    for f in files:
+        name, seq = f.stem.removeprefix("saved_bytes_").rsplit("_", 1)
+        model, seq, measured = model_from_name(name), int(seq), json.loads(f.read_text())
+        assert measured["rms_norm_grad_fn"] == "FusedRmsNormBackward0"
+        for case, (zero, compiled, block_input) in cases.items():
+            par = ParallelConfig(mbs=1, seq=seq, framework="fsdp2", zero=zero, dp=2, compile=compiled)
+            predicted = layer_activations(model, par, False).total
+            got = measured[case]["bytes"] + block_input * seq * model.hidden
+            assert predicted == pytest.approx(got, rel=0.01), (name, case, predicted, got)
