@@ -161,7 +161,7 @@ def load_bytes(data: bytes, name: str) -> Loaded:
 
 def _load_lines(fh, name: str, out: Loaded) -> Loaded:
     from calculators.errors import ConfigError
-    from calculators.validate import loads
+    from calculators.validate import bounded_lines, loads
     skipped = 0
 
     def problem(text):
@@ -171,15 +171,8 @@ def _load_lines(fh, name: str, out: Loaded) -> Loaded:
         else:
             skipped += 1
 
-    n = 0
-    while True:
-        line = fh.readline(MAX_LINE_BYTES + 1)
-        if not line:
-            break
-        n += 1
-        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-            while line and not line.endswith(b"\n"):        # the rest of the over-long line, unread
-                line = fh.readline(MAX_LINE_BYTES)
+    for n, line in bounded_lines(fh, MAX_LINE_BYTES):
+        if line is None:
             problem(f"{name}:{n}: longer than {MAX_LINE_BYTES:,} bytes; line skipped")
             continue
         if not line.strip():

@@ -25,7 +25,7 @@ from .hardware import GPU_PRESETS
 from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
 from .presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
-from .validate import loads, show
+from .validate import bounded_lines, loads, show
 
 
 class _OverBudget(BaseException):
@@ -60,30 +60,13 @@ def _strict_json(obj, **kw) -> str:
                                     "please report the scenario"})
 
 
-def _lines(stream, limit: int):
-    """(number, bytes of the line, or None when it is over `limit` bytes) for each line of a
-    binary stream, holding at most `limit` bytes at a time."""
-    number = 0
-    while True:
-        raw = stream.readline(limit + 1)
-        if not raw:
-            return
-        number += 1
-        if len(raw) > limit and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):        # skip the rest of the long line
-                raw = stream.readline(1 << 16)
-            yield number, None
-        else:
-            yield number, raw
-
-
 def cmd_estimate(args) -> int:
     """JSON Lines in, one JSON line out per scenario, in order (shared/DESIGN.md contract). Every
     line gets an answer: a line that is not JSON, not UTF-8, too long, too slow or that trips a
     bug gets an `error`, and the lines after it are still read."""
     bad_json = False
     out = sys.stdout
-    for number, raw in _lines(sys.stdin.buffer, limits.MAX_JSON_BYTES):
+    for number, raw in bounded_lines(sys.stdin.buffer, limits.MAX_JSON_BYTES):
         if raw is not None and not raw.strip():
             continue
         try:
@@ -120,22 +103,28 @@ def _read_request(path: str | None) -> bytes:
     return data
 
 
-def cmd_plan(args) -> int:
-    """One JSON request (stdin or --file) -> the ranked plans as JSON, or as text with --text."""
-    from .scenario import plan_answer
+def _answer(args, compute, what: str, over_budget: str):
+    """compute(the JSON request of stdin or --file) under --budget-s; None after printing one
+    `error:` line for bad input, the time budget or a bug (never a traceback)."""
     try:
         with _alarm(args.budget_s):
-            ans = plan_answer(loads(_read_request(args.file), "the plan request"))
+            return compute(loads(_read_request(args.file), f"the {what} request"))
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
     except _OverBudget:
-        print(f"error: planning took longer than its {args.budget_s:g} s budget; narrow the request (constraints on "
-              "tp, pp or mbs, fewer nodes) or raise --budget-s", file=sys.stderr)
-        return 2
+        print(f"error: {over_budget}", file=sys.stderr)
     except Exception as exc:                       # a bug: one clear line, not a traceback
         print(f"error: internal error ({type(exc).__name__}: {show(str(exc), 200)}); please report the request",
               file=sys.stderr)
+    return None
+
+
+def cmd_plan(args) -> int:
+    """One JSON request (stdin or --file) -> the ranked plans as JSON, or as text with --text."""
+    from .scenario import plan_answer
+    ans = _answer(args, plan_answer, "plan", f"planning took longer than its {args.budget_s:g} s budget; narrow the "
+                  "request (constraints on tp, pp or mbs, fewer nodes) or raise --budget-s")
+    if ans is None:
         return 2
     if not args.text:
         print(_strict_json(ans, indent=1))
@@ -170,19 +159,9 @@ def cmd_request(args) -> int:
         compute = lambda request: budget_answer(request, workers=os.cpu_count() or 1)   # noqa: E731
     else:
         from .chinchilla import optimal_answer as compute, text
-    try:
-        with _alarm(args.budget_s):
-            ans = compute(loads(_read_request(args.file), f"the {args.cmd} request"))
-    except (ConfigError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except _OverBudget:
-        print(f"error: the {args.cmd} request took longer than its {args.budget_s:g} s budget; ask for fewer "
-              "cluster sizes or raise --budget-s", file=sys.stderr)
-        return 2
-    except Exception as exc:                       # a bug: one clear line, not a traceback
-        print(f"error: internal error ({type(exc).__name__}: {show(str(exc), 200)}); please report the request",
-              file=sys.stderr)
+    ans = _answer(args, compute, args.cmd, f"the {args.cmd} request took longer than its {args.budget_s:g} s "
+                  "budget; ask for fewer cluster sizes or raise --budget-s")
+    if ans is None:
         return 2
     print(text(ans) if args.text else _strict_json(ans, indent=1))
     return 0

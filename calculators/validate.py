@@ -150,3 +150,20 @@ def _check_tree(value, what: str) -> None:
             stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
         elif isinstance(node, float) and not math.isfinite(node):
             raise ConfigError(f"{what} holds a number too large for a float (like 1e999)")
+
+
+def bounded_lines(stream, limit: int):
+    """(number, bytes of the line, or None when it is over `limit` bytes) for each line of a
+    binary stream, holding at most `limit` bytes at a time."""
+    number = 0
+    while True:
+        raw = stream.readline(limit + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):        # skip the rest of the long line
+                raw = stream.readline(1 << 16)
+            yield number, None
+        else:
+            yield number, raw
