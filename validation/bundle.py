@@ -34,6 +34,7 @@ OUT = results.BUNDLED / "nanotron_h100.jsonl"
 PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
 HARNESS_OUT = results.BUNDLED / "h100_harness.jsonl"
 HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
+HARNESS_SOURCE = "this project's harness on one H100 80GB, 2026-11-25 (validation/data/h100_harness)"
 HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory")
 MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits")
@@ -122,6 +123,7 @@ def _repredict(row: dict) -> dict:
     elif row["suite"] == "attention" and row["status"] == "ok":
         row["prediction"] = predict.attention(m, "H100-80GB")
     row["config"] = cfg
+    row["source"] = HARNESS_SOURCE
     return row
 
 

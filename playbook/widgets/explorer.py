@@ -35,7 +35,7 @@ CONTROLS = {
     "model": (lambda v: gr.Textbox(v, label="model name contains (empty: all)"), ""),
     "nodes": (lambda v: gr.Dropdown(["all", "1", "2", "4", "8", "16", "32", "64"], value=v, label="nodes"), "all"),
     "upload": (lambda v: gr.File(v, label="add your results (.jsonl, as the harness writes them)",
-                                 file_types=[".jsonl"], type="filepath", height=90), None),
+                                 file_types=[".jsonl"], type="filepath", height=150), None),
 }
 MAX_UPLOAD_BYTES = 32 * 2**20    # about 10,000 result rows
 
