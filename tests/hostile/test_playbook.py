@@ -167,3 +167,48 @@ def test_any_query_gives_only_values_the_controls_offer(widgets, query):
     for (wid, key), value in settings.items():
         assert key not in NOT_IN_LINK and not control_problem(by_id[wid].controls[key], value)
         assert len(query[f"{wid}.{key}"]) <= MAX_VALUE
+
+
+# -------------------------------------------------------------------------------- result files
+HOSTILE_ROWS = [b"[" * 5000 + b"]" * 5000, b'{"schema": 1, "n": ' + b"9" * 5000 + b"}", b'{"schema": NaN}',
+                b"\xff\xfe not utf-8", b"x" * (2 << 20),
+                json.dumps({"schema": 1, "suite": "train", "status": "ok", "config": {"scenario": "oops"},
+                            "metrics": {"tokens_per_s_per_gpu": "fast"}, "prediction": {"step": []}}).encode(),
+                json.dumps({"schema": 1, "suite": "train", "status": "ok",
+                            "config": {"scenario": {"model": {"name": EVIL_IMG}, "hardware": {"nodes": "x"},
+                                                    "parallel": {"pp": [1]}}, "release": EVIL_IMG},
+                            "metrics": {"tokens_per_s_per_gpu": 1e3}, "source": EVIL_IMG,
+                            "prediction": {"step": {"tokens_per_s_per_gpu": 2e3}}}).encode()]
+
+
+def test_an_uploaded_results_file_of_hostile_rows_is_drawn_or_skipped_row_by_row(widgets):
+    """Every bad line is skipped with a note, the row of odd fields is drawn (its text escaped),
+    and the bundled rows still show; a path outside the upload folder is refused unread."""
+    import tempfile
+
+    from playbook.widgets import explorer
+    folder = gr.utils.get_upload_folder()
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", dir=folder, delete=False) as fh:
+        fh.write(b"\n".join(HOSTILE_ROWS) + b"\n")
+    try:
+        w = next(w for w in widgets if w.wid.startswith("explorer"))
+        values = {**w.defaults, "upload": fh.name}
+        out = call(w, [values[k] for k in w.controls])
+        page, note = out[0].to_json(), str(out[-1])
+        assert "<img" not in page + note and "skipped" in note and "measured runs" in note
+        assert "&lt;img" in page                                   # the odd row is drawn, as text
+        values["upload"] = "/etc/passwd"
+        out = call(w, [values[k] for k in w.controls])
+        assert out[0] is None and "upload the results file again" in out[-1]
+    finally:
+        os.unlink(fh.name)
+
+
+@settings(max_examples=200, deadline=int(SECOND * 1000))
+@given(st.lists(st.binary(max_size=200) | st.sampled_from(HOSTILE_ROWS[:4]), max_size=20))
+def test_any_bytes_load_as_rows_or_problems(lines):
+    from benchmarks import results
+    got = results.load_bytes(b"\n".join(lines), "upload")
+    assert all(results.row_problem(r) == "" for r in got.rows)
+    assert len(got.problems) <= results.MAX_PROBLEMS + 1
