@@ -163,3 +163,17 @@ def test_an_upload_event_given_a_server_path_reads_nothing(demo):
                 break
     done = json.loads(seen[-1][len("data: "):])
     assert done["success"] is False and "root:" not in "".join(seen)
+
+
+def test_the_app_needs_no_torch():
+    """The Space installs requirements.txt alone: it names no torch, and the app builds in a
+    process where importing torch fails."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    assert not [l for l in (root / "requirements.txt").read_text().splitlines() if l.strip().startswith("torch")]
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import app; app.build_app(); print('built', 'torch' in sys.modules and sys.modules['torch'] is not None)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "built False" in out.stdout, out.stderr[-2000:]
