@@ -36,7 +36,6 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -44,8 +43,8 @@ from . import flops as fl
 from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
-from .frameworks import (grad_accumulation_bytes, grad_bucket_bytes, host_scale, p2p_overlapped, param_gather_count,
-                         param_gather_overlapped, shard_copy_bytes, tp_backward_overlapped)
+from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
+from .frameworks import grad_accumulation_bytes, host_scale, p2p_overlapped, shard_copy_bytes, tp_backward_overlapped
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -54,9 +53,6 @@ from .pipeline import Timeline, simulate_long
 from .schedules import n_stages, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
 from .recompute import reissue
-
-GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
-
 
 @dataclass(frozen=True)
 class StepEstimate:
@@ -179,7 +175,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             comm = _layer_comm(model, par, cluster, profile, moe, lt)
             exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
             exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
-            params, tensors = sum(kind_params(model, par, moe)), sum(_layer_tensors(model, par, moe))
+            params, tensors = sum(kind_params(model, par, moe)), sum(layer_tensors(model, par, moe))
             acc = acc_bytes and memory_time(acc_bytes * params, tensors, gpu, profile)
             # sharded data parallelism's copies around its gathers and reduce-scatters
             copy_f, copy_b = (c and memory_time(c * params, tensors, gpu, profile) for c in copies)
@@ -296,7 +292,7 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
     grad_bytes = GRAD_REDUCE_BYTES[par.framework]
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
-    per_tensors = {moe: _layer_tensors(model, par, moe) for moe in model.layer_kinds}
+    per_tensors = {moe: layer_tensors(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
     for r, rank_layers in enumerate(costs.layers):
         mine = stages_of_rank(par.schedule, p, v, r)
@@ -319,8 +315,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
             if end:
                 dense += model.vocab * model.hidden / par.tp
                 tensors[0] += 2                       # the embedding or output matrix, and a norm
-        sync, exposed_extra, hidden_extra = _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
-                                                     expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
+        sync, exposed_extra, hidden_extra = dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
+                                                    expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
         dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
@@ -346,54 +342,6 @@ def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
 def _simulated(schedule, p, m, v, f, b, w, p2p):
     """Layouts that differ only after the pipeline (ZeRO stage, say) share its simulation."""
     return simulate_long(schedule, p, m, v, f, b, w, p2p)
-
-
-def _layer_tensors(model, par, moe: bool) -> tuple[int, int]:
-    """(dense, expert) parameter tensors of one layer on one GPU: each weight matrix, the norms."""
-    mms = model.layer_matmuls(moe)
-    dense = sum(1 for mm in mms if not mm.expert) + 2
-    expert = sum(math.ceil(mm.stored / par.ep) for mm in mms if mm.expert)
-    return dense, expert
-
-
-def _dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1),
-             units=1, first_fwd=0.0):
-    """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO traffic hidden behind
-    compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
-    all-gathers in its gather units (frameworks.py); every collective pays its latency. Where the
-    framework overlaps those all-gathers with the next step's forward
-    (frameworks.param_gather_overlapped), all but the first unit hide behind the rank's forward of
-    its first micro-batch (`first_fwd`)."""
-    sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
-    for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):
-        if params <= 0 or g.size <= 1:
-            continue
-        if par.zero in (0, 1, 2):
-            total = grad_bytes * params
-            bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
-            n = max(1, math.ceil(total / bucket)) if bucket else max(1, units)
-            sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
-                                        profile)
-            if par.zero:
-                k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
-                gather = k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
-                hidden = min(gather * (1 - 1 / k), profile.overlap["dp"] * first_fwd) \
-                    if param_gather_overlapped(par.framework) else 0.0
-                exposed_extra, hidden_extra = exposed_extra + gather - hidden, hidden_extra + hidden
-        else:   # ZeRO-3: per layer, gather weights for forward and backward, reduce-scatter grads,
-            # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap). Each
-            # layer's gather is prefetched behind the previous layer's compute and its reduce-
-            # scatter runs behind the next one's, but the step's first gather has nothing before it
-            # and its last reduce-scatter nothing after: those two wait.
-            k = max(1, units)
-            gather = collective_time("all_gather", BF16 * params / k, g, cluster, profile)
-            scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile)
-            per_mb = k * (2 * gather + scatter)
-            hidden = min(per_mb, profile.overlap["zero3"] * compute)
-            edges = min(gather + scatter, m * hidden)
-            exposed_extra += m * (per_mb - hidden) + edges
-            hidden_extra += m * hidden - edges
-    return sync, exposed_extra, hidden_extra
 
 
 def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
