@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from calculators.errors import ConfigError
 
 from . import host, predict
-from .gemm import time_fn
+from .gemm import time_fn, whole_numbers
 
 BACKENDS = ("flash", "cudnn", "efficient", "math")
 TOKENS = 16384
@@ -32,12 +32,11 @@ def cases(seqs: str, head_dims: str, gqa: str, backends: str, causal: str = "tru
     for backend in backends.split(","):
         if backend not in BACKENDS:
             raise ConfigError(f"backend {backend!r} must be one of {', '.join(BACKENDS)}")
-    for s in seqs.split(","):
-        for d in head_dims.split(","):
-            for r in gqa.split(","):
+    for seq in whole_numbers(seqs, "--seqs", 1 << 20):
+        for head_dim in whole_numbers(head_dims, "--head-dims", HIDDEN):
+            for ratio in whole_numbers(gqa, "--gqa", HIDDEN):
                 for c in causal.split(","):
                     for backend in backends.split(","):
-                        seq, head_dim, ratio = int(float(s)), int(d), int(r)
                         heads = HIDDEN // head_dim
                         if heads % ratio:
                             raise ConfigError(f"gqa {ratio} must divide the {heads} heads of head dim {head_dim}")

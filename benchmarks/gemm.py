@@ -27,13 +27,28 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 L2_BYTES = 64 * 2**20          # at least the largest L2 of the GPUs we run (H100 50 MB, H200 60 MB)
 
 
+def whole_numbers(text: str, what: str, largest: int = 1 << 24) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; anything but whole numbers from 1 to `largest` is a ConfigError naming `what`."""
+    out = []
+    for item in str(text).split(","):
+        try:
+            n = int(float(item))
+        except ValueError:
+            n = 0
+        if not 1 <= n <= largest or float(item) != n:
+            raise ConfigError(f"{what} must be whole numbers from 1 to {largest:,}, comma-separated (got {item.strip()!r})")
+        out.append(n)
+    return out
+
+
 def model_shapes(models: str, tps: str, tokens: int, framework: str = "megatron") -> list[tuple[str, int, int, int]]:
     """(label, M, N, K) of each fused dense projection of each model at each TP size: the
     column-parallel ones split N, the row-parallel ones split K."""
     out = []
+    whole_numbers(str(tokens), "--tokens")
     for name in models.split(","):
         spec = model_from_name(name)
-        for tp in (int(t) for t in tps.split(",")):
+        for tp in whole_numbers(tps, "--tps", 1024):
             for mm in fused_matmuls(spec.layer_matmuls(False), framework):
                 n, k = mm.fan_out, mm.fan_in
                 if mm.tp == "col":

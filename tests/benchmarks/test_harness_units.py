@@ -103,3 +103,18 @@ def test_recompute_per_rank_from_the_command_line():
         RunSpec(model="tiny", pp=4, recompute_ranks="full,none")
     with pytest.raises(ConfigError, match="disagrees"):
         RunSpec(model="tiny", pp=2, recompute="selective", recompute_ranks="full,none")
+
+
+def test_gemm_and_attention_size_lists_refuse_what_is_not_a_whole_number():
+    import pytest
+
+    from benchmarks import attention, gemm
+    from calculators.errors import ConfigError
+    for call, says in ((lambda: gemm.cases("", ["bf16"], 1, "llama3-8b", "0"), "--tps"),
+                       (lambda: gemm.cases("", ["bf16"], 1, "llama3-8b", "1", -5), "--tokens"),
+                       (lambda: attention.cases("x", "128", "1", "flash"), "--seqs"),
+                       (lambda: attention.cases("1024", "128", "1.5", "flash"), "--gqa")):
+        with pytest.raises(ConfigError, match=says):
+            call()
+    assert [c["kv_heads"] for c in attention.cases("1024", "128", "1,8", "flash")] == [16, 2]
+    assert {c["n"] for c in gemm.cases("", ["bf16"], 1, "llama3-8b", "8")} == {768, 4096, 3584}
