@@ -17,7 +17,10 @@ from playbook import ui  # noqa: E402
 from playbook.url import HEAD  # noqa: E402
 
 CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
-       " .tab-container button {padding-left: 6px !important; padding-right: 6px !important}")  # 14 tabs at 1280 px
+       " .tab-container button {padding-left: 6px !important; padding-right: 6px !important}"  # 14 tabs at 1280 px
+       # a widget's shorter column of controls is filled with the panel's colour, not a grey band
+       " .gr-group .row.unequal-height {align-items: stretch}"
+       " .gr-group .row.unequal-height > .column {background: var(--block-background-fill)}")
 
 
 def build_app() -> gr.Blocks:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -81,7 +82,9 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
 
     Every value a control offers can be evaluated: with a `nodes` control the cluster is the
     reader's and dp is what it leaves (no dp control); without one the cluster follows the layout
-    (values.scenario_from's `fit`). A batch that is not shown follows dp and mbs."""
+    (values.scenario_from's `fit`). A batch that is not shown follows dp and mbs.
+    A config box comes with an upload button below it, and the preset says when a pasted config
+    replaces it."""
     show = params.get("show", show)
     visible = set(show.split(",")) if isinstance(show, str) else set(show or keys)
     defaults = {}
@@ -95,14 +98,62 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
     if "gbs" in keys and "gbs" not in visible:
         defaults["batch"] = "follows"
     shown = [k for k in keys if k in visible]
-    half = (len(shown) + 1) // 2
+    cut = balanced_cut([HEIGHT.get(k, 90) for k in shown])
     controls = {}
     with gr.Row(equal_height=False):
-        for part in (shown[:half], shown[half:]):
+        for part in (shown[:cut], shown[cut:]):
             with gr.Column(min_width=220):             # one block per column: one form, not one per control
                 for key in part:
                     controls[key] = SCENARIO[key][0](defaults[key])
+                    if key == "config":
+                        config_upload(controls[key])
+    if "config" in controls and "model" in controls:
+        controls["config"].change(preset_in_use, controls["config"], controls["model"], api_visibility="private",
+                                  show_progress="hidden", concurrency_limit=CONCURRENCY)
     return controls, defaults
+
+
+def config_upload(box) -> None:
+    """A small button under the config box that puts an uploaded config.json's text in it."""
+    button = gr.UploadButton("upload a config.json", file_types=[".json"], type="filepath", size="sm")
+    button.upload(_read_upload, button, box, api_visibility="private", concurrency_limit=CONCURRENCY)
+
+
+def _read_upload(path):
+    """The uploaded config.json's text into the config box (a file over the cap is refused)."""
+    if not path:
+        return gr.update()
+    if os.path.getsize(path) > MAX_CONFIG_CHARS:
+        raise gr.Error(f"that file is over {MAX_CONFIG_CHARS // 1024} KB; a model's config.json is a few KB")
+    with open(path, "rb") as fh:
+        return fh.read(MAX_CONFIG_CHARS).decode("utf-8", errors="replace")
+
+
+def which_model(v: dict) -> str:
+    """'From the pasted config.json ...' when one replaces the preset, else ''."""
+    text = v.get("config")
+    if isinstance(text, str) and text.strip():
+        return (f"From the pasted config.json, not the preset {escape.md(v.get('model'), 60)} (empty the config box "
+                "to go back to it): ")
+    return ""
+
+
+def preset_in_use(text):
+    """The preset dropdown's note: whether the pasted config.json replaces it."""
+    pasted = isinstance(text, str) and text.strip()
+    return gr.update(info="not in use: the pasted config.json is; empty the box to go back to the preset" if pasted
+                     else None)
+
+
+# A control's height on the page in px (1440 x 900, Gradio's Soft theme), for columns of equal height.
+HEIGHT = {"config": 150, "sp": 60, "tp_overlap": 60}
+
+
+def balanced_cut(heights: list) -> int:
+    """Where to split controls of these heights (in order) into two columns of most equal height:
+    a shorter column leaves an empty band beside the taller one."""
+    total = sum(heights)
+    return min(range(len(heights) + 1), key=lambda k: (abs(total - 2 * sum(heights[:k])), -k))
 
 
 def control_problem(comp, value) -> str:
@@ -212,11 +263,19 @@ def simple_widget(wid: str, params: dict, spec: dict, fn, label: str) -> Widget:
     return wire(Widget(wid, controls, defaults), fn, [plot, text])
 
 
+PER_ROW = 4       # a widget's own controls per row: more squeeze their labels into narrow columns
+
+
 def controls_row(params: dict, spec: dict) -> tuple[dict, dict]:
-    """A row of a widget's own controls with the chapter's `params` as defaults."""
+    """A widget's own controls with the chapter's `params` as defaults, in rows of at most PER_ROW
+    (as many rows as that takes, of sizes differing by at most one)."""
     controls, defaults = {}, {}
-    with gr.Row():
-        for key, (factory, default) in spec.items():
-            value = _coerce(params[key], default) if key in params else default
-            controls[key], defaults[key] = factory(value), value
+    keys = list(spec)
+    rows = -(-len(keys) // PER_ROW)
+    for r in range(rows):
+        with gr.Row():
+            for key in keys[r * len(keys) // rows:(r + 1) * len(keys) // rows]:
+                factory, default = spec[key]
+                value = _coerce(params[key], default) if key in params else default
+                controls[key], defaults[key] = factory(value), value
     return controls, defaults

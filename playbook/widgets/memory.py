@@ -1,17 +1,15 @@
 """Memory per GPU: every pipeline stage's memory by role, with the capacity and fit-rule lines."""
 from __future__ import annotations
 
-import os
-
 import gradio as gr
 
 from calculators.memory import USABLE_FRACTION, memory_dict
 from playbook.plots import memory_by_stage
 
 from playbook import escape
-from playbook.values import MAX_CONFIG_CHARS, scenario_from
+from playbook.values import scenario_from
 
-from . import CONCURRENCY, Widget, scenario_controls, wire
+from . import Widget, scenario_controls, which_model, wire
 
 CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
               f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
@@ -23,7 +21,7 @@ def compute(v: dict):
     model, cluster, par = scenario_from(v)
     mem = memory_dict(model, cluster, par)
     verdict = "fits" if mem["fits"] else "does **not** fit"
-    text = (f"{escape.md(model.describe())}\n\nOn {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
+    text = (f"{which_model(v)}{escape.md(model.describe())}\n\nOn {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
             f"layout; {CONVENTION})")
@@ -34,20 +32,6 @@ def compute(v: dict):
 def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=KEYS)
-        if "config" in controls:
-            upload = gr.File(label="or upload a config.json", file_types=[".json"], type="filepath", height=80)
-            upload.upload(_read_upload, upload, controls["config"], api_visibility="private",
-                          concurrency_limit=CONCURRENCY)
         plot = gr.Plot(label="memory per GPU")
         summary = gr.Markdown()
     return wire(Widget(wid, controls, defaults), compute, [plot, summary])
-
-
-def _read_upload(path):
-    """The uploaded config.json's text into the config box (a file over the cap is refused)."""
-    if not path:
-        return gr.update()
-    if os.path.getsize(path) > MAX_CONFIG_CHARS:
-        raise gr.Error(f"that file is over {MAX_CONFIG_CHARS // 1024} KB; a model's config.json is a few KB")
-    with open(path, "rb") as fh:
-        return fh.read(MAX_CONFIG_CHARS).decode("utf-8", errors="replace")

@@ -10,7 +10,7 @@ from playbook.plots import breakdown_bar
 
 from playbook.values import scenario_from
 
-from . import Widget, scenario_controls, wire
+from . import Widget, scenario_controls, which_model, wire
 
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
         "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher")
@@ -21,7 +21,7 @@ def compute(v: dict):
     step = estimate_step(model, cluster, par)
     mem = estimate_memory(model, cluster, par)
     fit = "fits" if mem.fits else "does **not** fit"
-    text = (f"**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
+    text = (f"{which_model(v)}**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
             f"MFU **{step.mfu:.1%}** (model FLOPs, no recompute), HFU {step.hfu:.1%} (with recompute), "
             f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
             f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU and HFU are over the dense BF16 peak, "
