@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -54,13 +55,13 @@ def _figure(data: list, title: str, x: str = "", y: str = "", height: int = 420,
     for n, (axis, at, color, dash, label) in enumerate(lines):
         span = dict(x0=0, x1=1, xref="paper", y0=at, y1=at) if axis == "h" else dict(y0=0, y1=1, yref="paper", x0=at, x1=at)
         shapes.append(dict(type="line", line=dict(color=color, dash=dash), **span))
-        # horizontal lines' labels alternate: above at the right, below at the left, so two close
-        # lines (capacity and the usable share) never print over each other
-        where = (dict(x=1 - n % 2, xref="paper", y=at, xanchor="left" if n % 2 else "right",
-                      yanchor="top" if n % 2 else "bottom") if axis == "h"
-                 else dict(x=at, y=1, yref="paper", xanchor="left", yanchor="top"))
+        # horizontal lines' labels sit in the right margin, never on a bar; the first above its
+        # line, the next below, so two close lines (capacity and the usable share) stay apart
+        where = (dict(x=1, xref="paper", y=at, xanchor="left", yanchor="top" if n % 2 else "bottom")
+                 if axis == "h" else dict(x=at, y=1, yref="paper", xanchor="left", yanchor="top"))
         notes.append(dict(text=label, showarrow=False, font=dict(color=color), **where))
-    base = dict(title=dict(text=escape.plot(title)), height=height, margin=dict(l=55, r=20, t=60, b=45),
+    right = 130 if any(axis == "h" for axis, *_ in lines) else 20       # room for the lines' labels
+    base = dict(title=dict(text=escape.plot(title)), height=height, margin=dict(l=55, r=right, t=60, b=45),
                 legend=dict(orientation="h", y=-0.2), shapes=shapes, annotations=notes)
     for axis, text in (("xaxis", x), ("yaxis", y)):
         base[axis] = {"title": {"text": escape.plot(text)}, **layout.pop(axis, {})}
@@ -80,7 +81,7 @@ def memory_by_stage(memory: dict, title: str) -> Figure:
     cap, usable = memory["capacity_gib"], memory["usable_gib"]
     return _figure(data, title, "", "GiB per GPU", barmode="stack", legend=dict(orientation="h", y=-0.15),
                    lines=[("h", cap, "#b00", "solid", f"capacity {cap:.1f} GiB"),
-                          ("h", usable, "#b60", "dot", f"usable {usable:.1f} GiB (fit rule)")])
+                          ("h", usable, "#b60", "dot", f"usable {usable:.1f} GiB<br>(fit rule)")])
 
 
 def stacked_phases(phases, capacity_gib: float, title: str) -> Figure:
@@ -140,15 +141,20 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
 def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
     """Seconds per step by part and tokens/s/GPU (line, right axis) vs one axis; memory per GPU
     (dotted line, its own labelled axis at the far right) when the rows carry it. The parts are
-    bars side by side on a log axis when they span two decades or more (a step of minutes beside a
-    sync of milliseconds), stacked otherwise."""
+    lines on a log axis when they span two decades or more (a step of minutes beside a sync of
+    milliseconds), stacked bars otherwise."""
     labels = [str(v) for v in xs]
     keys = [key for key in rows[0] if key not in ("tokens/s/GPU", "memory GiB") and any(r[key] for r in rows)]
     values = [r[key] for r in rows for key in keys if r[key] > 0]
     wide = bool(values) and max(values) / min(values) >= 100
-    data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
-                 marker=dict(pattern=dict(shape=HIDDEN if "hidden" in key else "")))
-            for key in keys]
+    if wide:   # lines, not bars: a bar on a log axis has no base, and plotly draws it past the plot area
+        data = [dict(type="scatter", name=f"{key} (s)", x=labels, y=[r[key] if r[key] > 0 else None for r in rows],
+                     mode="lines+markers", line=dict(dash="dot" if "hidden" in key else "solid"),
+                     hovertemplate=f"{key}: %{{y:.3g}} s<extra></extra>") for key in keys]
+    else:
+        data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
+                     marker=dict(pattern=dict(shape=HIDDEN if "hidden" in key else "")))
+                for key in keys]
     data.append(dict(type="scatter", name="tokens/s/GPU", x=labels, y=[r["tokens/s/GPU"] for r in rows], yaxis="y2",
                      mode="lines+markers", line=dict(color="#111")))
     extra = {}
@@ -160,7 +166,7 @@ def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
                                  side="right", anchor="free", position=1.0, showgrid=False,
                                  tickfont=dict(color="#b60")))
     return _figure(data, title, x, "seconds per step" + (" (log)" if wide else ""),
-                   barmode="group" if wide else "stack", yaxis=_log_axis(values) if wide else {},
+                   barmode="stack", yaxis=_log_axis(values) if wide else {},
                    yaxis2=dict(title=dict(text="tokens/s/GPU"), overlaying="y", side="right", showgrid=False,
                                **({"anchor": "x"} if extra else {})),
                    **extra)
@@ -224,7 +230,14 @@ def plans_bar(plans: list[dict]) -> Figure:
 
 def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
     """One trace per node count for measured runs; a point with a `series` (a published table)
-    goes in that series' trace, drawn as larger diamonds."""
+    goes in that series' trace, drawn as larger diamonds. Both axes span the same range at the same
+    scale, so y = x is the diagonal, with a +-20% band; log axes when the values span a decade or
+    more (a 500 tokens/s run beside a 50,000 one); the legend at the side, not over the plot's
+    height."""
+    both = [v for p in points for v in (p["measured"], p["predicted"])]
+    log = min(both) > 0 and max(both) / min(both) >= 10
+    if log:
+        points = [p for p in points if p["measured"] > 0 and p["predicted"] > 0]
     groups: dict = {}
     for p in points:
         groups.setdefault((1, p["series"]) if p.get("series") else (0, p["nodes"]), []).append(p)
@@ -233,11 +246,22 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
                  marker=dict(symbol="diamond", size=11, line=dict(width=1, color="#111")) if published else {},
                  hovertemplate="%{text}<br>measured %{x:.3g}<br>predicted %{y:.3g}<extra></extra>")
             for (published, key), pts in sorted(groups.items())]
-    lo = min(min(p["measured"], p["predicted"]) for p in points)
-    hi = max(max(p["measured"], p["predicted"]) for p in points)
+    lo, hi = min(both), max(both)
+    lo, hi = (lo / 1.3, hi * 1.3) if log else (min(0.0, lo), hi * 1.05)
     data.append(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",
-                     line=dict(dash="dot", color="#555")))
-    return _figure(data, f"{metric}: measured vs predicted", f"measured {metric}", f"predicted {metric}")
+                     line=dict(dash="dot", color="#555"), hoverinfo="skip"))
+    for n, f in enumerate((1.2, 0.8)):
+        data.append(dict(type="scatter", x=[lo, hi], y=[lo * f, hi * f], mode="lines", name="+-20%",
+                         legendgroup="band", showlegend=n == 0, line=dict(dash="dot", color="#bbb", width=1),
+                         hoverinfo="skip"))
+    span = [math.log10(lo), math.log10(hi)] if log else [lo, hi]
+    kind = "log" if log else "linear"
+    scale = " (log)" if log else ""
+    return _figure(data, f"{metric}: measured vs predicted", f"measured {metric}{scale}", f"predicted {metric}{scale}",
+                   height=640, legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                   xaxis=dict(_log_axis(both) if log else {}, type=kind, range=span, constrain="domain"),
+                   yaxis=dict(_log_axis(both) if log else {}, type=kind, range=span, scaleanchor="x", scaleratio=1,
+                              constrain="domain"))
 
 
 def budget_plot(options: list[dict], knee, title: str) -> Figure:
@@ -265,11 +289,11 @@ def budget_plot(options: list[dict], knee, title: str) -> Figure:
                  dict(type="scatter", x=[knee, knee], y=[0, 100], mode="lines", xaxis="x2", yaxis="y3",
                       line=knee_line, showlegend=False, hoverinfo="skip")]
     ticks = dict(type="log", tickvals=xs, ticktext=[f"{x:,}" for x in xs])
-    return _figure(data, title, "", "days to train (log)", height=560,
+    return _figure(data, title, "GPUs (log)", "days to train (log)", height=560,
                    xaxis=dict(ticks, anchor="y", domain=[0, 1]),
-                   yaxis=dict(type="log", domain=[0.42, 1]),
-                   yaxis2=dict(title=dict(text="cost (log)"), type="log", overlaying="y", side="right",
+                   yaxis=dict(_log_axis(days), domain=[0.42, 1]),
+                   yaxis2=dict(_log_axis(cost), title=dict(text="cost ($, log)"), overlaying="y", side="right",
                                showgrid=False),
-                   xaxis2=dict(ticks, anchor="y3", matches="x", title=dict(text="GPUs")),
+                   xaxis2=dict(ticks, anchor="y3", matches="x", title=dict(text="GPUs (log)")),
                    yaxis3=dict(title=dict(text="%"), domain=[0, 0.3], range=[0, 105], anchor="x2"),
                    margin=dict(l=60, r=60, t=60, b=45))

@@ -31,7 +31,7 @@ CONTROLS = {
     "ramp": (lambda v: gr.Radio(list(RAMP), value=v, label="global batch as the cluster grows"), "fixed"),
     "storage": (lambda v: gr.Number(v, label="checkpoint storage GB/s", minimum=1e-3,
                                     maximum=limits.BUDGET["checkpoint_gbps"][1]), 2000.0),
-    "price": (lambda v: gr.Number(v, label="price per GPU-hour", minimum=0,
+    "price": (lambda v: gr.Number(v, label="price per GPU-hour ($)", minimum=0,
                                   maximum=limits.BUDGET["price_per_gpu_hour"][1]), 2.0),
 }
 
@@ -55,9 +55,9 @@ def compute(v: dict):
     cheapest = min(fit, key=lambda o: o["gpu_hours"])
     lines = [f"**{ans['tokens'] / 1e12:,.3g}T tokens of {ans['model']}** ({ans['params'] / 1e9:,.0f}B parameters) on "
              f"{ans['gpu']}: fastest on **{fastest['gpus']:,} GPUs, {fastest['days']:,.1f} days** "
-             f"({fastest['gpu_hours'] / 1e6:,.3g}M GPU-hours, cost {fastest['cost']:,.0f}); cheapest on "
+             f"({fastest['gpu_hours'] / 1e6:,.3g}M GPU-hours, cost ${fastest['cost']:,.0f}); cheapest on "
              f"{cheapest['gpus']:,} GPUs, {cheapest['days']:,.1f} days ({cheapest['gpu_hours'] / 1e6:,.3g}M GPU-hours, "
-             f"cost {cheapest['cost']:,.0f}). {escape.md(ans['knee'], 600)}",
+             f"cost ${cheapest['cost']:,.0f}). {escape.md(ans['knee'], 600)}",
              "", "| GPUs | batch | layout | tokens/s/GPU | goodput | days | GPU-hours |", "|---" * 7 + "|"]
     for o in ans["options"]:
         if o["error"]:

@@ -1,7 +1,8 @@
 """The app in a real browser: headless Chromium driven by Playwright opens the served app, visits
 every chapter, moves a control in every widget, checks the plot changed with no error shown and
-the console stayed clean, and saves a screenshot per chapter (to $PLAYBOOK_SCREENSHOTS, default
-artifacts/screenshots/). Chromium comes from the system (Debian's `chromium`), never from
+the console stayed clean, that no two texts of a plot overlap (nor a text a bar), no control
+label is cut and every numeric axis names its unit (tests/playbook/layout.py), and saves a
+screenshot per chapter (to $PLAYBOOK_SCREENSHOTS, default artifacts/screenshots/). Chromium comes from the system (Debian's `chromium`), never from
 `playwright install`; $PLAYBOOK_CHROMIUM names another binary."""
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 
 from playbook import book
 
+from tests.playbook import layout
 from tests.playbook.conftest import ROOT, bare_start_seconds, free_port, start_seconds
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -149,7 +151,7 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_
     page.goto(url)
     overflow = page.locator(".overflow-dropdown button").count()
     assert overflow == 0, f"{overflow} chapter tabs hidden behind the overflow menu at 1280 px"
-    done = []
+    done, looks = [], []
     for ch in book.chapters():
         open_chapter(page, ch.slug)
         mine = [w for w in widgets if w.wid.split("_")[1] == str(ch.order)]
@@ -163,8 +165,12 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_
             note = page.locator(f"#{w.note.elem_id}").inner_text()
             assert not any(e in note for e in ERRORS), f"{w.wid} after {action}: {note}"
             done.append(f"{w.wid}: {action}")
+        # what a reader's eye checks, on the page as drawn after the moves
+        looks += [f"{ch.slug}: {p}" for p in layout.text_overlaps(page) + layout.clipped_labels(page) +
+                  layout.unlabelled_axes(page)]
         page.screenshot(path=str(shots / f"{ch.order:02d}-{ch.slug}.png"), full_page=True)
     assert not problems, problems
+    assert not looks, "\n".join(looks)
     assert len(done) == len(widgets)
     # Target: 10 s. Most of a start is importing Gradio and building its web app, which takes a
     # bare Gradio server 4 s on an idle 2-core machine and about 8 s on a busy one; so a start
@@ -265,3 +271,34 @@ def test_budget_widget_draws_redraws_and_its_link_restores_it(server, browser, w
     note = restored.locator(f"#{wid}-note").inner_text()
     assert not any(e in note for e in ERRORS) and "512" in note, note[:300]
     assert not problems, problems
+
+
+def test_the_layout_checks_see_what_a_reader_sees(browser):
+    """The checks fail where they should: bars on a log axis drawn past the plot over the tick
+    labels, a legend on the x-axis title, a value axis without a unit, a label cut by its box (the
+    faults the chapters' plots had)."""
+    from playbook.plots import Figure
+    bad = Figure(data=[dict(type="bar", name="compute (s)", x=["1", "2"], y=[200, 0.03]),
+                       dict(type="bar", name="sync (s)", x=["1", "2"], y=[0, 0.05])],
+                 layout=dict(height=420, margin=dict(l=55, r=20, t=60, b=45), barmode="group",
+                             yaxis=dict(type="log", title=dict(text="step time")),
+                             xaxis=dict(title=dict(text="dp (replicas)")), legend=dict(orientation="h", x=0.45, y=-0.14)))
+    with gr.Blocks() as demo:
+        with gr.Row():
+            gr.Checkbox(label="a label far too long for the narrow column it was squeezed into", min_width=40,
+                        elem_id="narrow", scale=0)
+            plot = gr.Plot(elem_id="bad-plot")
+        demo.load(lambda: bad, None, plot)
+    demo.queue().launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(demo.local_url)
+        page.wait_for_function(f"(id) => ({PLOT_SIGNATURE})(id) !== null", arg="bad-plot", timeout=30000)
+        page.wait_for_timeout(500)
+        overlaps = layout.text_overlaps(page)
+        assert any("(x tick) overlaps 'a bar'" in p for p in overlaps), overlaps
+        assert any("legend" in p and "x title" in p for p in overlaps), overlaps
+        assert layout.unlabelled_axes(page) == ["bad-plot: yaxis title 'step time' names no unit"]
+        assert any("far too long" in p for p in layout.clipped_labels(page)), layout.clipped_labels(page)
+    finally:
+        demo.close()
