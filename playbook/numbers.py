@@ -6,6 +6,9 @@ recompute, schedule, precision, framework); every function states its unit in it
 """
 from __future__ import annotations
 
+import functools
+import statistics
+
 from calculators.comm import Group, collective_time, experts_hit
 from calculators.errors import ConfigError
 from calculators.flops import model_flops_per_token
@@ -150,8 +153,54 @@ def optimal(gpu_hours: str, gpu: str = "H100-80GB", field: str = "params", small
             "break_even": f"{(s['break_even_tokens'] or 0) / 1e12:,.1f}T tokens"}[field]
 
 
+def measured(nodes: str = "1-64", field: str = "median") -> str:
+    """The bundled measured runs (benchmarks/results/) against the predictions stored with them, as
+    chapter 13's explorer joins them, on `nodes` (a range "a-b"): median (of |predicted/measured -
+    1|), signed (median of predicted/measured - 1, + = predicted too fast) or runs."""
+    from playbook.measured import match, sources
+    lo, _, hi = nodes.partition("-")
+    pts, _, _ = match(sources(), (), "tokens/s/GPU", "", "all")
+    errors = [p["predicted"] / p["measured"] - 1 for p in pts
+              if not p["series"] and int(lo) <= p["nodes"] <= int(hi or lo)]
+    if field == "runs":
+        return f"{len(errors):,}"
+    return f"{statistics.median(map(abs, errors) if field == 'median' else errors):+.0%}".lstrip("+" if field == "median" else "")
+
+
+def memory_check(field: str = "accuracy") -> str:
+    """nanotron's runs (validation.memory): accuracy (fit vs out-of-memory called right), median
+    and p90 (|predicted - measured| / measured, allocated between steps), runs (with a clear
+    outcome), usable (the fit rule's share of the GPU's memory)."""
+    from calculators.memory import USABLE_FRACTION
+    if field == "usable":
+        return f"{USABLE_FRACTION:.0%}"
+    c = _memory_check()
+    return {"accuracy": f"{c.accuracy:.0%}", "median": f"{c.alloc_median_error:.1%}",
+            "p90": f"{c.alloc_p90_error:.1%}", "runs": f"{c.clear_outcome:,}"}[field]
+
+
+@functools.lru_cache(maxsize=1)
+def _memory_check():
+    from validation.memory import check
+    return check()
+
+
+def published(group: str = "dense", field: str = "median") -> str:
+    """The published runs of validation.published, scored: `group` dense, moe or moe:SOURCE;
+    median, worst (absolute errors), signed (median, + = predicted too fast) or runs."""
+    from validation.published import check, summary
+    name = {"dense": "dense", "moe": "mixture of experts"}.get(group) or f"mixture of experts, {group[4:]}"
+    n, median, worst, signed = _published_summary(check, summary)[name]
+    return {"median": f"{median:.0%}", "worst": f"{worst:.0%}", "signed": f"{signed:+.0%}", "runs": f"{n}"}[field]
+
+
+@functools.lru_cache(maxsize=1)
+def _published_summary(check, summary) -> dict:
+    return summary(check())
+
+
 NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, gpu, collective, first_step_peak,
-                                   plan, budget, goodput, optimal)}
+                                   plan, budget, goodput, optimal, measured, memory_check, published)}
 
 
 def render(name: str, kwargs: dict) -> str:

@@ -1,0 +1,120 @@
+"""Measured runs against the predictions stored with them: the join chapter 13's explorer draws
+and its prose quotes (benchmarks/results/ bundled, the server's `PLAYBOOK_RESULTS`, an upload).
+No Gradio here: the chapters' numbers are rendered before Gradio is imported.
+
+Throughput compares tokens/s/GPU; memory compares the measured peak (reserved for nanotron,
+allocated for our harness) with the predicted peak, and nanotron's "allocated between steps"
+with the predicted resident state (weights, gradients, optimizer state, buffers)."""
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from benchmarks import results
+from playbook import escape
+
+MAX_UPLOAD_BYTES = 32 * 2**20    # about 10,000 result rows
+
+METRICS = {"tokens/s/GPU": ("tokens_per_s_per_gpu", "step", "tokens_per_s_per_gpu"),
+           "memory between steps (GiB)": ("allocated_between_steps_gib", "memory", None),
+           "peak memory (GiB)": ("peak_allocated_gib", "memory", "total_gib")}
+
+
+def sources() -> tuple:
+    """((path, modification stamp) ...) of the server's result files: a change of any file changes it."""
+    paths = [str(results.BUNDLED)] + ([os.environ["PLAYBOOK_RESULTS"]] if os.environ.get("PLAYBOOK_RESULTS") else [])
+    out = []
+    for p in paths:
+        path = Path(p).expanduser()
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        out.append((p, tuple((str(f), f.stat().st_mtime) for f in files if f.is_file())))
+    return tuple(out)
+
+
+@lru_cache(maxsize=8)
+def load_rows(sources: tuple, upload: tuple = ()) -> tuple[list, list]:
+    rows, problems = [], []
+    for p, files in sources:
+        if not files and not Path(p).expanduser().is_dir():
+            problems.append(f"{p}: no such file or directory")
+        for f, _ in files:
+            got = results.load(f)
+            rows += got.rows
+            problems += got.problems
+    if upload:
+        with open(upload[0], "rb") as fh:
+            got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload")
+        rows += [dict(r, source=r.get("source") or "your upload") for r in got.rows]
+        problems += got.problems
+    return rows, problems
+
+
+def _value(row, metric):
+    measured_key, part, pred_key = METRICS[metric]
+    m, pred = row["metrics"], _obj(row["prediction"].get(part))
+    if metric.startswith("memory between"):
+        got = m.get("allocated_between_steps_gib")
+        parts = [_number(pred.get(k)) or 0 for k in ("params_gib", "grads_gib", "optimizer_gib", "other_gib")]
+        want = sum(parts) if pred else None
+        return got, want
+    if metric.startswith("peak"):
+        got = m.get("peak_allocated_gib") or m.get("peak_reserved_gib")
+        return got, pred.get(pred_key)
+    return m.get(measured_key), pred.get(pred_key)
+
+
+def _number(x):
+    return x if type(x) in (int, float) and math.isfinite(x) and x > 0 else None
+
+
+def _obj(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+@lru_cache(maxsize=64)
+def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: str) -> tuple[list, list, list]:
+    """The (measured, predicted) points of the rows that match; cached per state of the files.
+    A row's fields are read defensively: whatever a schema-valid row holds, it is drawn or skipped."""
+    rows, problems = load_rows(sources, upload)
+    v = {"metric": metric, "model": model, "nodes": nodes_filter}
+    pts, before_fix = [], 0
+    for r in rows:
+        if r["suite"] != "train" or r["status"] != "ok":
+            continue
+        sc = _obj(r["config"].get("scenario"))
+        name = str(_obj(sc.get("model")).get("name", ""))[:100]
+        nodes = _obj(sc.get("hardware")).get("nodes", 1)
+        nodes = int(nodes) if _number(nodes) and float(nodes).is_integer() else 1
+        if v["model"] and v["model"].lower() not in name.lower() or v["nodes"] != "all" and str(nodes) != v["nodes"]:
+            continue
+        pp = _obj(sc.get("parallel")).get("pp", 1)
+        if metric == "tokens/s/GPU" and r["config"].get("after_pp_fix") is False and _number(pp) and pp > 1:
+            before_fix += 1                          # nanotron's multi-node PP bug, not the model's error
+            continue
+        got, want = _value(r, v["metric"])
+        got, want = _number(got), _number(want)
+        if got and want:
+            release = r["config"].get("release")
+            pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
+                        "label": escape.plot(_label(r, name), 300),
+                        "source": str(r.get("source") or "your run")[:300],
+                        "series": escape.plot(f"published: {str(release)[:80]}") if release else ""})
+    note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
+            "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
+    return pts, note, list(problems)
+
+
+def _label(row: dict, name: str) -> str:
+    """The hover text: the layout, and for a published table's row also its system and release."""
+    c = row["config"]
+    par = _obj(_obj(c.get("scenario")).get("parallel"))
+    extra = "".join(f" {k}{par[k]}" for k in ("vpp", "cp", "ep") if (_number(par.get(k)) or 1) > 1)
+    text = (f"{name} dp{par.get('dp')} tp{par.get('tp')} pp{par.get('pp')}{extra} mbs{par.get('mbs')} "
+            f"zero{par.get('zero')}")
+    if c.get("release"):
+        text += f" {par.get('precision', '')}, {c.get('system', '')} x{row.get('host', {}).get('gpus', '?')} ({c['release']})"
+    return text
+
+
