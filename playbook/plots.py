@@ -61,8 +61,12 @@ def _figure(data: list, title: str, x: str = "", y: str = "", height: int = 420,
                  if axis == "h" else dict(x=at, y=1, yref="paper", xanchor="left", yanchor="top"))
         notes.append(dict(text=label, showarrow=False, font=dict(color=color), **where))
     right = 130 if any(axis == "h" for axis, *_ in lines) else 20       # room for the lines' labels
-    base = dict(title=dict(text=escape.plot(title)), height=height, margin=dict(l=55, r=right, t=60, b=45),
-                legend=dict(orientation="h", y=-0.2), shapes=shapes, annotations=notes)
+    # a horizontal legend at the figure's foot (container units), below the x-axis title and its
+    # ticks whatever the plot's height; the bottom margin holds the three
+    base = dict(title=dict(text=escape.plot(title)), height=height,
+                margin=dict(l=55, r=right, t=60, b=100 if x else 75),
+                legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left"),
+                shapes=shapes, annotations=notes)
     for axis, text in (("xaxis", x), ("yaxis", y)):
         base[axis] = {"title": {"text": escape.plot(text)}, **layout.pop(axis, {})}
     return Figure(data=data, layout={**base, **layout, "template": _template()})
@@ -79,7 +83,7 @@ def memory_by_stage(memory: dict, title: str) -> Figure:
     data = [_bar(label, x, [s[key] for s in stages], marker=dict(color=ROLE_COLOR[label]),
                  hovertemplate=f"{label}: %{{y:.2f}} GiB<extra></extra>") for key, label in ROLES]
     cap, usable = memory["capacity_gib"], memory["usable_gib"]
-    return _figure(data, title, "", "GiB per GPU", barmode="stack", legend=dict(orientation="h", y=-0.15),
+    return _figure(data, title, "", "GiB per GPU", barmode="stack",
                    lines=[("h", cap, "#b00", "solid", f"capacity {cap:.1f} GiB"),
                           ("h", usable, "#b60", "dot", f"usable {usable:.1f} GiB<br>(fit rule)")])
 
@@ -103,13 +107,29 @@ def _short(v: float) -> str:
 
 def _log_axis(values, ticks=None) -> dict:
     """A log axis with one label per tick that matters: the given ticks (the data's own x values),
-    else powers of ten when the values span two decades or more, else plotly's 1-2-5 (no crowd of
-    minor labels)."""
+    else powers of ten when the values span two decades or more, else 1-2-5 (no crowd of minor
+    labels)."""
     if ticks:
         return dict(type="log", tickvals=list(ticks), ticktext=[_short(t) for t in ticks])
     positive = [v for v in values if v and v > 0]
-    span = max(positive) / min(positive) if positive else 1.0
-    return dict(type="log", dtick=1 if span >= 100 else "D2")
+    if not positive:
+        return dict(type="log")
+    lo, hi = min(positive), max(positive)
+    if hi / lo >= 100:
+        return dict(type="log", dtick=1)
+    # under two decades: 1-2-5 ticks, each labelled in full (plotly's minor labels read "2", "5")
+    marks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    marks = [v for v in marks if lo / 1.5 <= v <= hi * 1.5]
+    return dict(type="log", tickvals=marks, ticktext=[_decimal(v) for v in marks])
+
+
+def _decimal(v: float) -> str:
+    """5e6 -> 5M, 20000 -> 20k, 0.05 -> 0.05: a tick's label."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= size:
+            return f"{v / size:g}{unit}"
+    return f"{v:g}"
 
 
 def lines(xs, series: dict, x: str, y: str, title: str, log_x=False, log_y=False, marker_x=None) -> Figure:
@@ -296,4 +316,4 @@ def budget_plot(options: list[dict], knee, title: str) -> Figure:
                                showgrid=False),
                    xaxis2=dict(ticks, anchor="y3", matches="x", title=dict(text="GPUs (log)")),
                    yaxis3=dict(title=dict(text="%"), domain=[0, 0.3], range=[0, 105], anchor="x2"),
-                   margin=dict(l=60, r=60, t=60, b=45))
+                   margin=dict(l=60, r=60, t=60, b=100))

@@ -183,11 +183,14 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_
         bare_start_s = min(bare_start_seconds(), bare_start_seconds())
     assert started_s < 10 or started_s < 1.35 * bare_start_s, \
         f"server took {started_s:.1f} s to answer, best of two; a bare Gradio server {bare_start_s:.1f} s"
-    # Target: 3 s on an idle 2-core machine without a GPU, where the bare page takes about 2.7 s
-    # and this one about 3.5 s. The bound, twice the bare page's time, catches regressions (before
-    # widgets drew per chapter it was 17 s, six times the bare page) on a fast or a slow machine.
-    assert first_draw_s < 2 * bare_s, (f"first widget drawn {first_draw_s:.1f} s after the page opened, "
-                                       f"a bare Gradio page's plot {bare_s:.1f} s (bound: twice that)")
+    # Target: 1.2 times the bare page. Measured on an idle 2-core machine: the app 2.2 to 2.5 s, the
+    # bare page 1.6 to 1.9 s, 1.3 to 1.35 times. The gap is the browser's script time over the
+    # page's 351 components (all chapters are in Gradio's config, though only the open tab is
+    # drawn): the first chapter alone draws in 1.15 times, with the other chapters' widgets
+    # removed 1.19 times. The bound, 1.6 times, catches regressions (before widgets drew per
+    # chapter it was six times the bare page).
+    assert first_draw_s < 1.6 * bare_s, (f"first widget drawn {first_draw_s:.1f} s after the page opened, "
+                                         f"a bare Gradio page's plot {bare_s:.1f} s (bound: 1.6 times that)")
     print(json.dumps({"server_start_s": round(started_s, 1), "bare_server_start_s": bare_start_s and round(bare_start_s, 1), "first_draw_s": round(first_draw_s, 1),
                       "bare_page_first_draw_s": round(bare_s, 1),
                       "moved": done}, indent=1))
@@ -237,6 +240,10 @@ def test_a_hostile_link_and_injected_html_harm_nothing(served, browser):
     page.wait_for_function("() => document.querySelector('#memory_1_1-note')?.innerText.includes('example')",
                            timeout=20000)
     assert "<img src=https://example.invalid/x.png>" in page.locator("#memory_1_1-note").inner_text()
+    # the pasted config visibly replaces the preset, and says how to go back
+    assert "From the pasted config.json, not the preset llama3-8b" in page.locator("#memory_1_1-note").inner_text()
+    page.wait_for_function("() => document.querySelector('#memory_1_1-model')?.innerText.includes('not in use')",
+                           timeout=20000)
     assert page.locator("img[src*='example.invalid']").count() == 0 and not fetched, fetched
     assert "_name_or_path" not in urllib.parse.unquote(page.url)      # a pasted config is not copied into the link
     assert rss_mib(proc.pid) < 1024
