@@ -70,7 +70,11 @@ class ParallelConfig:
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")
         if self.split:
-            whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 1, limits.MAX_LAYERS)
+            # the first and last stage may hold no layer: only the embedding, only the loss (Megatron)
+            whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 0, limits.MAX_LAYERS)
+            require(p, not isinstance(self.split, (list, tuple)) or 0 not in self.split[1:-1],
+                    "parallel.split: only the first and the last pipeline stage may hold no layer (the "
+                    "embedding's and the loss's stages)")
         modes_ok = isinstance(self.recompute_ranks, tuple) and len(self.recompute_ranks) <= limits.MAX_LAYERS \
             and _recompute_modes(self.recompute_ranks)
         require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one recompute value per pipeline rank "
@@ -142,7 +146,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
             lambda: f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
             f"nearest valid gbs: {max(1, round(par.gbs / (d * par.mbs))) * d * par.mbs}")
     m = max(1, par.gbs // (d * par.mbs))
-    require(p, model.layers >= pp * v,
+    require(p, model.layers >= pp * v or bool(par.split or virtual_split(model.layers, pp, v, par.framework)),
             lambda: f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
     if par.split:
         stages = pp * v
@@ -156,8 +160,8 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if v > 1:
         require(p, par.schedule == "interleaved",
                 lambda: f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
-        if model.layers % (pp * v) and not par.split and model.layers >= pp * v:
-            auto = virtual_split(model.layers, pp, v, par.framework)
+        auto = virtual_split(model.layers, pp, v, par.framework)
+        if model.layers % (pp * v) and not par.split and (auto or model.layers >= pp * v):
             w.append(f"layers={model.layers} do not divide pp*vpp = {pp * v} stages: "
                      + (f"they follow Megatron's split counting the embedding and the loss as layers "
                         f"(split={','.join(map(str, auto[:2]))},...,{','.join(map(str, auto[-2:]))})" if auto else
@@ -217,10 +221,12 @@ def megatron_split(layers: int, stages: int) -> tuple:
     """Layers per pipeline stage as Megatron-LM places them with
     --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
     embedding and the loss each take one layer's place, in the first and the last stage, so
-    (layers + 2) must divide evenly (126 layers over 64 stages: 1, 2, ..., 2, 1)."""
-    if stages < 2 or (layers + 2) % stages or (layers + 2) // stages < 2:
+    (layers + 2) must divide evenly (126 layers over 64 stages: 1, 2, ..., 2, 1; over 128 stages
+    the first stage holds only the embedding and the last only the loss, 0, 1, ..., 1, 0, as
+    Megatron-Bridge runs Llama 3 405B at pp 16, vpp 8)."""
+    if stages < 2 or (layers + 2) % stages or layers < stages - 2:
         raise ConfigError([f"Megatron's embedding-and-loss split needs layers + 2 = {layers + 2} divisible by "
-                           f"the {stages} pipeline stages, at least 2 per stage"])
+                           f"the {stages} pipeline stages"])
     n = (layers + 2) // stages
     return (n - 1,) + (n,) * (stages - 2) + (n - 1,)
 

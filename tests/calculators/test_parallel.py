@@ -56,7 +56,7 @@ def test_warnings(par, words):
 
 @pytest.mark.parametrize("field,value", [("tp", 0), ("tp", "8"), ("zero", 4), ("recompute", "some"),
                                          ("schedule", "1F1B"), ("framework", "jax"), ("precision", "fp4"),
-                                         ("split", (0, 2)), ("split", (True, 2)), ("split", (1.0, 2)),
+                                         ("split", (2, 0, 2)), ("split", (True, 2)), ("split", (1.0, 2)),
                                          ("split", ([1], 2)), ("recompute_ranks", ("none", "some")),
                                          ("recompute_ranks", (["none"],))])
 def test_bad_field_values(field, value):
@@ -92,6 +92,12 @@ def test_megatron_embedding_and_loss_split():
     from calculators.memory import pipeline_stages
     assert [len(s) for s in pipeline_stages(L405, ParallelConfig(**base))] == list(megatron_split(126, 64))
     assert check_layout(L405, cluster(128), ParallelConfig(**base, split=megatron_split(126, 64))) == []
+    # 128 stages for 126 layers: the first holds only the embedding, the last only the loss, as
+    # Megatron-Bridge runs Llama 3 405B on GB200 at tp 4, pp 16, vpp 8
+    assert megatron_split(126, 128) == (0,) + (1,) * 126 + (0,)
+    deep = dict(base, tp=4, pp=16, cp=1, vpp=8, dp=2)
+    assert any("split=0,1,...,1,0" in w for w in check_layout(L405, cluster(16), ParallelConfig(**deep)))
+    assert [len(s) for s in pipeline_stages(L405, ParallelConfig(**deep))] == list(megatron_split(126, 128))
     # elsewhere (80 layers over 24 stages, no Megatron split) the first stages take one layer more
     warned = check_layout(L70, cluster(), ParallelConfig(dp=1, pp=8, vpp=3, gbs=8, schedule="interleaved"))
     assert any("the first 8 stages take one layer more" in w for w in warned)
