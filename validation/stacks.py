@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from calculators.errors import ConfigError
@@ -59,15 +59,22 @@ def _int(row, key, default=None):
 
 
 def _model(row) -> ModelSpec:
+    """The row's model: a preset by name, with the fields its model_shape gives replacing the
+    preset's (a benchmark's proxy config keeps 7 of Llama 3 405B's 126 layers and GPT-2's
+    vocabulary); else the shape alone. mlp=gelu is a two-matrix MLP (GPT's GELU, Nemotron-4's
+    squared ReLU), swiglu the gated three-matrix one."""
     name = row["model"].strip().lower()
-    if name in MODEL_PRESETS:
-        return model_from_name(name)
-    fields = dict(part.split("=") for part in row["model_shape"].replace(" ", "").split(";") if "=" in part)
+    fields = dict(part.split("=", 1) for part in row["model_shape"].replace(" ", "").split(";") if "=" in part)
+    ints = {k: int(v) for k, v in fields.items() if k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
+    words = {k: fields[k] for k in ("mlp", "norm") if k in fields}
     moe = MoESpec(experts=int(fields["experts"]), top_k=int(fields["top_k"]), expert_ffn=int(fields["expert_ffn"]),
                   shared_experts=int(fields.get("shared", 0))) if "experts" in fields else None
-    return ModelSpec(layers=int(fields["layers"]), hidden=int(fields["hidden"]), heads=int(fields["heads"]),
-                     kv_heads=int(fields.get("kv_heads", 0)), ffn=int(fields.get("ffn", 0)),
-                     vocab=int(fields["vocab"]), moe=moe, name=name[:100])
+    if name in MODEL_PRESETS:
+        base = model_from_name(name)
+        return replace(base, **ints, **words, **({"moe": moe} if moe else {})) if ints or words or moe else base
+    return ModelSpec(layers=ints["layers"], hidden=ints["hidden"], heads=ints["heads"],
+                     kv_heads=ints.get("kv_heads", 0), ffn=ints.get("ffn", 0), vocab=ints["vocab"], moe=moe,
+                     name=name[:100], **words)
 
 
 def _run(line: int, row: dict) -> Run:
@@ -93,6 +100,10 @@ def _run(line: int, row: dict) -> Run:
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher="deepep" if "deepep" in row["other_settings"].lower() else "alltoall")
+    if gpu.gpus_per_node > per_node:
+        # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
+        # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)
+        per_node = max(k for k in range(per_node, gpu.gpus_per_node + 1) if gpus % k == 0)
     cluster = ClusterSpec(gpu, nodes=max(1, gpus // per_node), gpus_per_node=min(per_node, gpus))
     tps = _float(row, "tokens_per_s_per_gpu")
     if tps is None and _float(row, "mfu") is not None:
