@@ -36,8 +36,26 @@ FRAMEWORKS = {"torchtitan": "fsdp2", "fsdp2": "fsdp2", "fsdp": "fsdp2", "megatro
 EXTRA_GPUS = {"H800": GPUSpec("H800", 79.65, 989.4, 1978.9, 3.35, 200, 50, 8,
                               "NVIDIA H800 SXM (H100 compute, NVLink 400 GB/s bidirectional)")}
 RECOMPUTE = {"": "none", "none": "none", "no": "none", "false": "none", "full": "full", "selective": "selective",
-             "selective op": "op_sac", "op": "op_sac", "op-sac": "op_sac", "op_sac": "op_sac",
-             "selective (torchtitan op)": "op_sac", "selective layer": "layer:2", "core_attn": "core_attn"}
+             "op": "op_sac", "op-sac": "op_sac", "op_sac": "op_sac", "selective op": "op_sac", "core_attn": "core_attn",
+             # torchtitan's "selective layer" checkpoints every N-th block; its default selective_ac_option is "2"
+             "selective layer": "layer:2"}
+
+
+def _recompute(text: str) -> str:
+    """The calculators' policy for a row's recompute text: a policy name, or one with its source's
+    words in brackets ("full (every block)", "selective (torchtitan op; config default)", "selective
+    (per-op SAC)"). A policy the calculators do not model (fms-fsdp's fraction of blocks, Megatron's
+    recompute_modules lists) is refused, naming it."""
+    t = text.strip().lower()
+    base, _, detail = t.partition(" (")
+    words = detail.replace(";", " ").replace(":", " ").replace(")", " ").split()
+    if base != "selective" or not detail:
+        return RECOMPUTE.get(base, base)
+    if "op" in words or "per-op" in words:
+        return "op_sac"
+    if "torchtitan" in words and "layer" in words:
+        return RECOMPUTE["selective layer"]
+    raise ValueError(f"recompute {text.strip()[:80]!r} is a policy the calculators do not model")
 
 
 @dataclass(frozen=True)
@@ -87,12 +105,14 @@ def _run(line: int, row: dict) -> Run:
         raise ValueError(f"gpu {gpu_name!r} is not a preset")
     model = _model(row)
     gpus, per_node = _int(row, "gpus"), _int(row, "gpus_per_node", gpu.gpus_per_node)
+    if not gpus:
+        raise ValueError("the number of GPUs is not stated")
     tp, pp, cp, ep = (_int(row, k, 1) for k in ("tp", "pp", "cp", "ep"))
     vpp = _int(row, "vpp", 1)
     dp = _int(row, "dp", gpus // (tp * pp * cp))
     mbs, seq = _int(row, "mbs", 1), _int(row, "seq")
     gbs = _int(row, "gbs", dp * mbs)
-    recompute = RECOMPUTE.get(row["recompute"].strip().lower(), row["recompute"].strip().lower())
+    recompute = _recompute(row["recompute"])
     par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,
                          seq=seq, zero=_int(row, "zero", 3 if framework == "fsdp2" else 1), sp=tp > 1,
                          tp_overlap=framework == "megatron" and tp > 1, recompute=recompute or "none",
