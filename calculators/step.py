@@ -36,7 +36,7 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from . import flops as fl
@@ -44,7 +44,8 @@ from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
-from .frameworks import grad_accumulation_bytes, host_scale, p2p_overlapped, shard_copy_bytes, tp_backward_overlapped
+from .frameworks import (gemm_scale, grad_accumulation_bytes, host_scale, p2p_overlapped, shard_copy_bytes,
+                         tp_backward_overlapped)
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -160,6 +161,7 @@ class StageCosts:
 
 def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                 profile: HardwareProfile) -> StageCosts:
+    profile = framework_profile(profile, par.framework)
     gpu, p = cluster.gpu, par.pp
     v = par.vpp if par.schedule == "interleaved" else 1
     T = tokens(par)
@@ -215,6 +217,24 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
         f[st] += blocking
         b[st + 1] += blocking
     return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, stage_layers(model, par))
+
+
+_SCALED: dict = {}                 # id(profile), framework -> (profile, its framework's copy)
+
+
+def framework_profile(profile: HardwareProfile, framework: str) -> HardwareProfile:
+    """The profile with the GEMM rate the framework reaches inside a step (frameworks.gemm_scale);
+    the same profile where that is the GPU's. Kept per profile: the planner asks thousands of times."""
+    scale = gemm_scale(framework)
+    if scale == 1.0:
+        return profile
+    key = (id(profile), framework)
+    hit = _SCALED.get(key)
+    if hit is None or hit[0] is not profile:
+        if len(_SCALED) > 64:
+            _SCALED.clear()
+        hit = _SCALED[key] = (profile, replace(profile, gemm_fraction=profile.gemm_fraction * scale))
+    return hit[1]
 
 
 def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:

@@ -240,9 +240,12 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
     cluster = ClusterSpec(H100, nodes=2)
     par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, mbs=1, gbs=32, seq=4096, schedule="interleaved",
                          attention="fa2")                  # the same kernel (Megatron's default is cuDNN)
+    from calculators.frameworks import gemm_scale
     gpu_only = replace(PROF, host_ms_per_layer=0.0)      # nanotron's host differs too (host_scale)
+    # and its GEMMs' rate in a step (gemm_scale): the same rate for both here
+    nanotron_gpu = replace(gpu_only, gemm_fraction=gpu_only.gemm_fraction / gemm_scale("nanotron"))
     base = stage_costs(L8B, cluster, replace(par, framework="megatron"), gpu_only)
-    blocked = stage_costs(L8B, cluster, replace(par, framework="nanotron"), gpu_only)
+    blocked = stage_costs(L8B, cluster, replace(par, framework="nanotron"), nanotron_gpu)
     assert base.p2p > 0 and blocked.f[0] == pytest.approx(base.f[0] + base.p2p)
 
 
@@ -341,11 +344,15 @@ def test_summing_micro_batch_gradients_and_the_loss_cost_their_memory_passes():
     assert grad_accumulation_bytes("fsdp2", 3, 4) == 6 and grad_accumulation_bytes("deepspeed", 1, 1) == 0
     assert loss_bytes_per_logit("nanotron") == ((38, 6), (14, 2))
 
+    from calculators.frameworks import gemm_scale
     gpu_only = replace(PROF, host_ms_per_layer=0.0)
     small, cluster = model_from_name("nanotron-1.34b"), ClusterSpec(H100, nodes=1)
     nano = ParallelConfig(dp=8, tp=1, mbs=1, gbs=64, seq=4096, framework="nanotron")
     mega = replace(nano, framework="megatron", attention="fa2")     # the same attention kernel
-    (fn, bn, wn), (fm, bm, wm) = (stage_costs(small, cluster, par, gpu_only).layer[(False, "none")]
+    # the same GEMM rate in a step for both (nanotron's is gemm_scale of the GPU's)
+    rates = {"nanotron": replace(gpu_only, gemm_fraction=gpu_only.gemm_fraction / gemm_scale("nanotron")),
+             "megatron": gpu_only}
+    (fn, bn, wn), (fm, bm, wm) = (stage_costs(small, cluster, par, rates[par.framework]).layer[(False, "none")]
                                   for par in (nano, mega))
     assert (fn, bn) == (fm, bm)
     assert wn - wm == pytest.approx(memory_time(10 * sum(kind_params(small, nano, False)), 1, H100, gpu_only))
