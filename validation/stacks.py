@@ -217,6 +217,20 @@ def memory_summary(scored: list[Scored]) -> dict:
     return {k: (len(v), statistics.median(v)) for k, v in groups.items()}
 
 
+def readme_block(scored: list[Scored]) -> str:
+    """What README quotes (a test holds it to this): all runs, and the table per cell."""
+    n, med, p90, signed, g40, g50 = summary(scored)["all"]
+    covered = sum(s.predicted is not None for s in scored)
+    lines = [f"{n} runs scored ({covered} of {len(scored)} readable runs expressed): median error {med:.1%}, "
+             f"p90 {p90:.1%}, median signed {signed:+.1%}; a constant 40% or 50% MFU guess {g40:.1%} or "
+             f"{g50:.1%}.", "",
+             "| cell | runs | median abs error | p90 | median signed | 40% MFU | 50% MFU |",
+             "|---|---|---|---|---|---|---|"]
+    for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, cell).items()):
+        lines.append(f"| {' '.join(k)} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} | {g40:.1%} | {g50:.1%} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     runs, skipped = load()
     scored = [score(r) for r in runs]
@@ -233,9 +247,7 @@ def main() -> None:
         elif s.run.measured:
             print(f"| {label} | {s.run.source} | {s.run.measured:,.0f} | {s.predicted:,.0f} | {s.error:+.0%} | "
                   f"{s.guess_error(0.4):+.0%} |")
-    print("\n| cell | runs | median abs error | p90 | median signed | 40% MFU | 50% MFU |\n|---|---|---|---|---|---|---|")
-    for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, cell).items()):
-        print(f"| {' '.join(k)} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} | {g40:.1%} | {g50:.1%} |")
+    print("\n" + readme_block(scored))
     for name, key in (("all", lambda s: "all"), ("by source", lambda s: s.run.source)):
         print(f"\n{name}:")
         for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, key).items()):

@@ -1,0 +1,60 @@
+"""The time model against published runs of stacks it was not developed on (validation/stacks.py:
+torchtitan and PyTorch's FSDP runs, NVIDIA's DGX Cloud benchmarks and Megatron-Bridge tables,
+Megatron-LM's scaling table, MoE recipes, FP8; 8 to 6,144 GPUs). Nothing is fitted to them. What
+holds is asserted; what does not yet is named, and asserted to still miss, so the list stays
+true when the model improves."""
+import pytest
+
+from validation.stacks import load, memory_summary, score, summary
+
+# source -> why its median is over 20%
+KNOWN_MISSES = {
+    "torchao-training-docs": "torchtitan on 8 B200 and 8 MI300X in 2025-08 (torch 2.9 nightly): 20 to 23% "
+                             "MFU where the model expects an H100-like share of the peak; no published "
+                             "GEMM rates for these GPUs' software then",
+    "dgxc-benchmarking-v25.05.01": "its GB200 runs of May 2025 (Llama 3.1 405B, Nemotron-4 340B) come out 18 "
+                                   "to 31% too fast in BF16 and FP8 alike, where Megatron-Bridge's later GB200 "
+                                   "tables (25.11 to 26.08) come within 10%: an early release of the stack",
+}
+
+
+@pytest.fixture(scope="module")
+def scored():
+    runs, skipped = load()
+    return [score(r) for r in runs], skipped
+
+
+def test_nearly_every_readable_run_is_expressed_and_every_refusal_says_why(scored):
+    rows, skipped = scored
+    expressed = [s for s in rows if s.predicted is not None]
+    assert len(rows) >= 300 and len(expressed) / len(rows) >= 0.98
+    assert all(s.reason for s in rows if s.predicted is None)
+    assert all(why for _, why in skipped)
+
+
+def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(scored):
+    rows, _ = scored
+    n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
+    assert n >= 300 and median <= 0.06 and p90 <= 0.35 and abs(signed) <= 0.05
+    assert median < min(mfu40, mfu50)
+    for source, (n, median, _, _, mfu40, mfu50) in summary(rows, lambda s: s.run.source).items():
+        if n >= 20 and source not in KNOWN_MISSES:
+            assert median < min(mfu40, mfu50), source
+        if n >= 5:
+            assert (median <= 0.20) != (source in KNOWN_MISSES), (source, median)
+
+
+def test_memory_is_reported_per_framework(scored):
+    """torchtitan's published peaks (reserved, op-level SAC): printed, not yet within 10% (the same
+    configuration measured 34 to 48 GiB on different GPUs and releases)."""
+    rows, _ = scored
+    memory = memory_summary(rows)
+    assert memory["fsdp2"][0] >= 10 and 0 < memory["fsdp2"][1] < 0.6
+
+
+def test_readme_quotes_the_scripts_figures(scored):
+    from pathlib import Path
+
+    from validation.stacks import readme_block
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert readme_block(scored[0]) in readme, "README's validation.stacks figures are stale: paste readme_block()"
