@@ -21,7 +21,20 @@ ROLES = [("weights_gib", "weights"), ("grads_gib", "gradients"), ("master_gib", 
 # one colour per memory role, in every chart that shows memory
 ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "fp32 master": "#72b7b2", "Adam moments": "#54a24b",
               "activations": "#e45756", "buffers": "#b279a2"}
+# one colour per kind of time, in every chart of a step's parts; a hidden (overlapped) part keeps
+# its kind's colour, hatched
+TIME_COLOR = {"compute": "#4c78a8", "recompute": "#9ecae9", "host": "#bab0ac", "tp": "#e45756", "cp": "#ff9da6",
+              "ep": "#b279a2", "pp": "#9d755d", "dp": "#f58518", "bubble": "#eeca3b", "optimizer": "#54a24b",
+              "other": "#72b7b2"}
 HIDDEN = "/"
+
+
+def time_color(part: str) -> str | None:
+    """The colour of a step's part, by its kind: 'tp_exposed', 'DP sync hidden (s)', 'waiting for
+    the host' and 'host_bound' alike."""
+    words = part.lower().replace("_", " ").split()
+    kind = "host" if "host" in words or "host bound" in part.lower() else words[0] if words else ""
+    return TIME_COLOR.get(kind)
 KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
 KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}
 
@@ -150,7 +163,8 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
             continue
         hidden = key.endswith("_hidden")
         data.append(_bar(key.replace("_", " "), [value], ["hidden behind compute" if hidden else "step time"],
-                         orientation="h", marker=dict(pattern=dict(shape=HIDDEN if hidden else "")),
+                         orientation="h", marker=dict(color=time_color(key),
+                                                      pattern=dict(shape=HIDDEN if hidden else "")),
                          hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"))
     # the legend beside the bars, not under them, where it sat on the x-axis title
     return _figure(data, title, "seconds per step", "", height=320, barmode="stack",
@@ -169,11 +183,11 @@ def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
     wide = bool(values) and max(values) / min(values) >= 100
     if wide:   # lines, not bars: a bar on a log axis has no base, and plotly draws it past the plot area
         data = [dict(type="scatter", name=f"{key} (s)", x=labels, y=[r[key] if r[key] > 0 else None for r in rows],
-                     mode="lines+markers", line=dict(dash="dot" if "hidden" in key else "solid"),
+                     mode="lines+markers", line=dict(dash="dot" if "hidden" in key else "solid", color=time_color(key)),
                      hovertemplate=f"{key}: %{{y:.3g}} s<extra></extra>") for key in keys]
     else:
         data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
-                     marker=dict(pattern=dict(shape=HIDDEN if "hidden" in key else "")))
+                     marker=dict(color=time_color(key), pattern=dict(shape=HIDDEN if "hidden" in key else "")))
                 for key in keys]
     data.append(dict(type="scatter", name="tokens/s/GPU", x=labels, y=[r["tokens/s/GPU"] for r in rows], yaxis="y2",
                      mode="lines+markers", line=dict(color="#111")))
@@ -242,8 +256,8 @@ def plans_bar(plans: list[dict]) -> Figure:
     keys = []
     for p in plans:
         keys += [k for k, v in p["step"]["breakdown_s"].items() if v > 0 and k not in keys and not k.endswith("_hidden")]
-    data = [_bar(k.replace("_", " "), [p["step"]["breakdown_s"].get(k, 0) for p in plans], labels, orientation="h")
-            for k in keys]
+    data = [_bar(k.replace("_", " "), [p["step"]["breakdown_s"].get(k, 0) for p in plans], labels, orientation="h",
+                 marker=dict(color=time_color(k))) for k in keys]
     return _figure(data, "ranked plans: seconds per step by part", "seconds per step", "",
                    height=120 + 48 * len(plans), barmode="stack", yaxis=dict(autorange="reversed"))
 

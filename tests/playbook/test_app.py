@@ -177,3 +177,24 @@ def test_the_app_needs_no_torch():
             "import app; app.build_app(); print('built', 'torch' in sys.modules and sys.modules['torch'] is not None)")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "built False" in out.stdout, out.stderr[-2000:]
+
+
+def test_every_part_of_a_step_has_its_colour_everywhere():
+    """One visual language: each kind of time (compute, each kind of communication exposed or
+    hidden, bubble, optimizer, host) has one colour in every chart of a step's parts, as each
+    memory role has in every memory chart."""
+    from calculators.hardware import ClusterSpec, gpu_from_name
+    from calculators.parallel import ParallelConfig
+    from calculators.presets import model_from_name
+    from calculators.step import estimate_step
+    from playbook.plots import ROLE_COLOR, TIME_COLOR, breakdown_bar, time_color
+    moe = model_from_name("mixtral-8x7b")
+    par = ParallelConfig(dp=2, tp=2, pp=2, cp=2, ep=2, mbs=1, gbs=16, seq=8192, sp=True, recompute="selective")
+    parts = estimate_step(moe, ClusterSpec(gpu_from_name("H100-80GB"), nodes=4), par).breakdown
+    assert {"compute", "recompute", "host_bound", "tp_exposed", "tp_hidden", "cp_hidden", "ep_exposed", "dp_exposed",
+            "dp_hidden", "bubble", "optimizer", "other"} <= set(parts)
+    assert all(time_color(k) for k in parts), [k for k in parts if not time_color(k)]
+    fig = breakdown_bar(parts, "t")
+    colours = {t["name"]: t["marker"]["color"] for t in fig.data}
+    assert colours.get("tp exposed") == colours.get("tp hidden", TIME_COLOR["tp"]) == TIME_COLOR["tp"]
+    assert len(set(TIME_COLOR.values())) == len(TIME_COLOR) and len(set(ROLE_COLOR.values())) == len(ROLE_COLOR)
