@@ -41,13 +41,14 @@ def label(p: ParallelConfig) -> str:
     parts += ["tp-overlap"] if p.tp_overlap else []
     parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
-    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + _runs(modes)]
+    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
     if p.split:
-        parts.append("split=" + _runs(p.split))
+        parts.append("split=" + runs_text(p.split))
     return " ".join(parts)
 
 
-def _runs(values) -> str:
+def runs_text(values) -> str:
+    """7, 7, 7, 2 -> 7x3/2: a list of counts, runs of three or more written value x count."""
     out = []
     for x, group in itertools.groupby(values):
         n = len(list(group))

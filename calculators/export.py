@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 from .hardware import ClusterSpec
-from .memory import stage_layers
+from .explain import runs_text as split_text
+from .memory import pipeline_stages
 from .models import ModelSpec
 from .errors import ConfigError
 from .parallel import ParallelConfig, megatron_split
@@ -108,6 +109,21 @@ def _is_megatron_split(model, split) -> bool:
         return False
 
 
+def _torchtitan_stages(model, par, notes) -> list:
+    """torchtitan's stage sizing: ceil((layers + first_stage_less_layers + last_stage_less_layers)
+    / layers_per_stage) stages (torchtitan/distributed/pipeline_parallel.py), the two "less
+    layers" 1 by default, i.e. Megatron's embedding-and-loss split; 0 for an even split."""
+    sizes = [len(s) for s in pipeline_stages(model, par)]
+    if _is_megatron_split(model, sizes):
+        return [f"pipeline_parallel_layers_per_stage = {(model.layers + 2) // len(sizes)}"]
+    if len(set(sizes)) == 1:
+        return [f"pipeline_parallel_layers_per_stage = {sizes[0]}", "pipeline_parallel_first_stage_less_layers = 0",
+                "pipeline_parallel_last_stage_less_layers = 0"]
+    notes.append(f"torchtitan sizes stages evenly; for the uneven split {split_text(sizes)} pass each stage's "
+                 "module FQNs in module_fqns_per_model_part")
+    return []
+
+
 def _torchtitan(model, cluster, par, _ref):
     notes = []
     replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
@@ -119,10 +135,7 @@ def _torchtitan(model, cluster, par, _ref):
         pipe += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[par.schedule]}"',
                  f"pipeline_parallel_microbatch_size = {par.mbs}"]
         if par.split or par.vpp > 1:
-            pipe.append(f"pipeline_parallel_layers_per_stage = {min(len(x) for x in stage_layers(model, par))}")
-            if par.split:
-                notes.append("torchtitan splits layers evenly per stage; for the uneven split "
-                             f"{'/'.join(map(str, par.split))} pass module FQNs via pipeline_parallel_split_points")
+            pipe += _torchtitan_stages(model, par, notes)
     lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
              f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {par.tp}",
              f"context_parallel_degree = {par.cp}", *pipe]
@@ -158,7 +171,7 @@ def _deepspeed(model, cluster, par, _ref):
         notes.append("DeepSpeed does not pipeline TP's collectives with its GEMMs: expect the step without tp_overlap")
     if par.pp > 1:
         notes.append(f"pipeline parallelism: build the model as deepspeed.pipe.PipelineModule(num_stages={par.pp}"
-                     + (f", partition_method='parameters') and set per-stage layers {'/'.join(map(str, par.split))}"
+                     + (f", partition_method='parameters') and set per-stage layers {split_text(par.split)}"
                         if par.split else ")") + "; DeepSpeed's pipeline engine runs 1F1B")
         if par.zero >= 2:
             notes.append("DeepSpeed does not combine ZeRO-2/3 with its pipeline engine")

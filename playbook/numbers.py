@@ -164,7 +164,9 @@ def measured(nodes: str = "1-64", field: str = "median") -> str:
               if not p["series"] and int(lo) <= p["nodes"] <= int(hi or lo)]
     if field == "runs":
         return f"{len(errors):,}"
-    return f"{statistics.median(map(abs, errors) if field == 'median' else errors):+.0%}".lstrip("+" if field == "median" else "")
+    if field == "median":
+        return f"{statistics.median(map(abs, errors)):.0%}"
+    return f"{statistics.median(errors):+.0%}"
 
 
 def memory_check(field: str = "accuracy") -> str:

@@ -209,6 +209,27 @@ def test_megatron_export_of_uneven_virtual_stages():
     assert "virtual-pipeline" not in meg
 
 
+def test_torchtitan_export_sizes_stages_as_torchtitan_counts_them():
+    """torchtitan makes ceil((layers + first_stage_less_layers + last_stage_less_layers) /
+    layers_per_stage) virtual stages, the two 1 by default: Megatron's embedding-and-loss split
+    exports as its stage size alone, an even split with both set to 0, and layers per stage,
+    never per rank."""
+    cluster = ClusterSpec(H100, nodes=128, gpus_per_node=8)
+    base = ParallelConfig(dp=8, tp=8, pp=8, cp=2, vpp=8, sp=True, gbs=512, seq=8192, schedule="interleaved")
+    for stages, per_stage in ((64, 2), (128, 1)):
+        par = replace(base, pp=stages // 8, dp=8 * 8 * 8 // stages, split=megatron_split(126, stages))
+        titan, notes = export("torchtitan", L405, cluster, par)
+        assert f"pipeline_parallel_layers_per_stage = {per_stage}\n" in titan + "\n" and "less_layers" not in titan
+        assert (126 + 2) // per_stage == par.pp * par.vpp and not any("uneven" in n for n in notes)
+    even = ParallelConfig(dp=16, tp=8, pp=4, vpp=2, sp=True, gbs=512, seq=8192, schedule="interleaved")
+    titan, _ = export("torchtitan", model_from_name("llama3-70b"), ClusterSpec(H100, nodes=64, gpus_per_node=8),
+                      even)
+    assert "pipeline_parallel_layers_per_stage = 10" in titan and "first_stage_less_layers = 0" in titan
+    uneven = replace(base, vpp=2, dp=16, cp=1, split=(7,) + (8,) * 14 + (9,))
+    _, notes = export("torchtitan", L405, cluster, uneven)
+    assert any("7/8x14/9" in n for n in notes)
+
+
 def test_interleaved_405b_takes_megatrons_split():
     """126 layers do not divide into 16 x v stages; counting the embedding and the loss as layers
     (Megatron's flags) they do, so the planner can propose Llama 3's interleaved pipeline, label it

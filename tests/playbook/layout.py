@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 # Every drawn text of every Plotly figure inside `root`: its plot id, a role (title, axis title,
-# tick, legend, annotation, bar text) and its box; and every drawn bar's box (role 'bar'). Texts of one tick axis never touch each other
-# in plotly's own layout, so pairs inside one axis's ticks are left out (plotly thins them).
+# tick, legend, annotation, bar text) and its box; and every drawn bar's box (role 'bar'). Texts
+# of one tick axis never touch each other in plotly's own layout, so pairs inside one axis's
+# ticks are left out (plotly thins them).
 PLOT_TEXTS = """(root) => {
     const out = [];
     for (const gd of document.querySelectorAll(`${root} .js-plotly-plot`)) {

@@ -2,8 +2,9 @@
 every chapter, moves a control in every widget, checks the plot changed with no error shown and
 the console stayed clean, that no two texts of a plot overlap (nor a text a bar), no control
 label is cut and every numeric axis names its unit (tests/playbook/layout.py), and saves a
-screenshot per chapter (to $PLAYBOOK_SCREENSHOTS, default artifacts/screenshots/). Chromium comes from the system (Debian's `chromium`), never from
-`playwright install`; $PLAYBOOK_CHROMIUM names another binary."""
+screenshot per chapter (to $PLAYBOOK_SCREENSHOTS, default artifacts/screenshots/). Chromium
+comes from the system (Debian's `chromium`), never from `playwright install`; $PLAYBOOK_CHROMIUM
+names another binary."""
 import json
 import os
 import shutil
@@ -289,7 +290,8 @@ def test_the_layout_checks_see_what_a_reader_sees(browser):
                        dict(type="bar", name="sync (s)", x=["1", "2"], y=[0, 0.05])],
                  layout=dict(height=420, margin=dict(l=55, r=20, t=60, b=45), barmode="group",
                              yaxis=dict(type="log", title=dict(text="step time")),
-                             xaxis=dict(title=dict(text="dp (replicas)")), legend=dict(orientation="h", x=0.45, y=-0.14)))
+                             xaxis=dict(title=dict(text="dp (replicas)")),
+                             legend=dict(orientation="h", x=0.45, y=-0.14)))
     with gr.Blocks() as demo:
         with gr.Row():
             gr.Checkbox(label="a label far too long for the narrow column it was squeezed into", min_width=40,
