@@ -126,6 +126,10 @@ def _run(line: int, row: dict) -> Run:
         per_node = max(k for k in range(per_node, gpu.gpus_per_node + 1) if gpus % k == 0)
     cluster = ClusterSpec(gpu, nodes=max(1, gpus // per_node), gpus_per_node=min(per_node, gpus))
     tps = _float(row, "tokens_per_s_per_gpu")
+    if tps is None and _float(row, "step_time_s"):
+        # a published step time: the step's tokens (its global batch; one micro-batch per data-
+        # parallel rank where the batch is not stated) over the time, per GPU
+        tps = gbs * seq / _float(row, "step_time_s") / gpus
     if tps is None and _float(row, "mfu") is not None:
         tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
     mem = _float(row, "peak_memory_gib")
