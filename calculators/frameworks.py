@@ -210,6 +210,22 @@ def p2p_overlapped(framework: str, schedule: str) -> bool:
     return framework == "megatron" and schedule == "interleaved"
 
 
+def grad_sync_windows(framework: str, schedule: str, p: int, v: int) -> tuple:
+    """The backward work, in one micro-batch's backward of one model chunk, that each chunk's
+    gradient sync (1/v of the rank's) can hide behind, one entry per chunk.
+
+    - megatron, interleaved: each chunk's sync starts as soon as its last micro-batch's backward
+      ends (megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_
+      interleaving: config.grad_sync_func[chunk] at is_last_microbatch_for_model_chunk). The
+      cooldown runs the last p micro-batches chunk by chunk, so the chunk k-th from the end still
+      has k x p chunk backwards after it, besides its own: 1 + k p;
+    - everything else: the sync of the whole rank hides behind its last micro-batch's backward
+      (v chunk backwards)."""
+    if framework == "megatron" and schedule == "interleaved" and v > 1:
+        return tuple(1 + k * p for k in range(v))
+    return (v,)
+
+
 def fused_projections(framework: str) -> bool:
     """Whether the layer's column-parallel projections that read the same input run as one GEMM:
     Megatron's linear_qkv and linear_fc1 (gate and up), nanotron's qkv_proj and gate_up_proj. One

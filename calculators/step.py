@@ -24,7 +24,9 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
   (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute, as far as that
   compute lasts.
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
-  framework's buckets (each paying its latency) and overlapped with backward; ZeRO-1/2 then
+  framework's buckets (each paying its latency) and overlapped with backward (the last
+  micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
+  frameworks.grad_sync_windows); ZeRO-1/2 then
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
   all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
   every micro-batch, prefetched behind compute.
@@ -44,8 +46,8 @@ from .activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
-from .frameworks import (gemm_scale, grad_accumulation_bytes, host_scale, p2p_overlapped, shard_copy_bytes,
-                         tp_backward_overlapped)
+from .frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale, p2p_overlapped,
+                         shard_copy_bytes, tp_backward_overlapped)
 from .hardware import ClusterSpec
 from .memory import kind_params, pipeline_stages, stage_layers
 from .models import ModelSpec
@@ -337,7 +339,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
                 tensors[0] += 2                       # the embedding or output matrix, and a norm
         sync, exposed_extra, hidden_extra = dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
                                                     expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
-        dp_exposed = max(0.0, sync - profile.overlap["dp"] * last_bwd)
+        windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
+        dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
         shard = dense_g.size if par.zero >= 1 else 1
         opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
         if dp_exposed + exposed_extra + opt >= tail:

@@ -377,3 +377,21 @@ def test_routing_imbalance_and_megatrons_expert_parallel_overlap():
     overlapped = estimate_step(qwen, cluster, replace(par, ep_overlap=True), PROF)
     assert overlapped.breakdown.get("ep_exposed", 0.0) < 0.1 * base.breakdown["ep_exposed"]
     assert overlapped.time_s < base.time_s
+
+
+def test_megatron_syncs_each_interleaved_chunk_after_its_last_backward():
+    """Megatron's interleaved schedule starts a model chunk's gradient sync when that chunk's last
+    micro-batch backward ends (grad_sync_func per chunk), so all but the last chunk's sync hides
+    behind the other chunks' cooldown backwards; elsewhere only behind the last micro-batch's."""
+    from calculators.frameworks import grad_sync_windows
+    assert grad_sync_windows("megatron", "interleaved", 8, 4) == (1, 9, 17, 25)
+    assert grad_sync_windows("megatron", "1f1b", 8, 1) == (1,) == grad_sync_windows("fsdp2", "interleaved", 8, 1)
+    assert grad_sync_windows("nanotron", "interleaved", 8, 4) == (4,)
+    cluster = ClusterSpec(H100, nodes=16)
+    par = ParallelConfig(dp=16, tp=8, pp=1, sp=True, tp_overlap=True, mbs=1, gbs=256, seq=4096)
+    l70 = model_from_name("llama3-70b")
+    flat = estimate_step(l70, cluster, replace(par, pp=4, dp=4, gbs=64, vpp=1))
+    chunks = estimate_step(l70, cluster, replace(par, pp=4, dp=4, gbs=64, vpp=5, schedule="interleaved"))
+    synced = lambda s: s.breakdown["dp_exposed"] + s.breakdown["dp_hidden"]      # noqa: E731
+    assert synced(chunks) == pytest.approx(synced(flat), rel=0.05)          # the same gradients...
+    assert chunks.breakdown["dp_exposed"] < 0.5 * flat.breakdown["dp_exposed"]    # ...mostly hidden
