@@ -201,8 +201,23 @@ def _published_summary(check, summary) -> dict:
     return summary(check())
 
 
+def stacks(field: str = "median") -> str:
+    """The published runs of other stacks (validation.stacks), scored: median or p90 (absolute
+    errors), runs, sources."""
+    n, median, p90, sources = _stacks_summary()
+    return {"median": f"{median:.0%}", "p90": f"{p90:.0%}", "runs": f"{n}", "sources": f"{sources}"}[field]
+
+
+@functools.lru_cache(maxsize=1)
+def _stacks_summary() -> tuple:
+    from validation.stacks import load, score, summary
+    runs = load()[0]
+    n, median, p90 = summary([score(r) for r in runs])["all"][:3]
+    return n, median, p90, len({r.source for r in runs})
+
+
 NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, gpu, collective, first_step_peak,
-                                   plan, budget, goodput, optimal, measured, memory_check, published)}
+                                   plan, budget, goodput, optimal, measured, memory_check, published, stacks)}
 
 
 def render(name: str, kwargs: dict) -> str:

@@ -2,8 +2,8 @@
 Bridge and NeMo, into benchmark result rows (our schema), with their citation and the calculators'
 prediction, for benchmarks/results/.
 
-    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl, published.jsonl
-                                       # and h100_harness.jsonl
+    python -m validation.bundle        # rewrites benchmarks/results/nanotron_h100.jsonl, published.jsonl,
+                                       # h100_harness.jsonl and published_more.jsonl
 
 Runs with a clear outcome only: measured (status ok: tokens/s/GPU, MFU from our FLOPs
 convention, memory allocated between steps and peak reserved, GiB, and the bus bandwidths the
@@ -15,6 +15,8 @@ per GPU; a layout the calculators cannot express carries the reason as its predi
 Our own harness's runs on one H100 (validation/data/h100_harness/, as the suites wrote them) keep
 their measurements; their scenario and prediction are made again from the recorded run with the
 current harness and calculators (benchmarks/predict.py), so that they stay one join away.
+The published runs of other stacks (validation/stacks.py) carry their tokens/s/GPU (and peak
+memory where published), their source and line, and the family the explorer draws them in.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from validation.nanotron import DATA, SOURCE, load_runs
 OUT = results.BUNDLED / "nanotron_h100.jsonl"
 PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
 HARNESS_OUT = results.BUNDLED / "h100_harness.jsonl"
+STACKS_OUT = results.BUNDLED / "published_more.jsonl"
 HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
 HARNESS_SOURCE = "this project's harness on one H100 80GB, 2026-11-25 (validation/data/h100_harness)"
 HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory")
@@ -102,6 +105,38 @@ def published_rows() -> list[dict]:
     return out
 
 
+# validation.stacks' sources by family: the explorer draws a series per family (34 sources are too
+# many to tell apart); each row keeps its own source and citation
+FAMILIES = (("dgxc-benchmarking", "NeMo (DGX Cloud benchmarks)"), ("megatron-bridge", "Megatron-Bridge tables"),
+            ("nemo-automodel", "NeMo AutoModel"), ("nemo", "NeMo tables"), ("megatron", "Megatron-LM"),
+            ("torchao", "torchao (torchtitan)"), ("arxiv-2506.13996-alst", "DeepSpeed (Snowflake ALST)"),
+            ("", "PyTorch FSDP2 / torchtitan"))
+
+
+def stacks_rows() -> list[dict]:
+    """validation.stacks' runs with a measured throughput, each with its prediction (or the reason
+    it cannot be expressed), in published_more.csv's order."""
+    from validation import stacks
+    out = []
+    for run in stacks.load()[0]:
+        if not run.measured:
+            continue
+        scenario = _scenario(run)
+        metrics = {"tokens_per_s_per_gpu": run.measured}
+        if run.memory_gib:
+            metrics["peak_reserved_gib" if run.memory_kind == "reserved" else "peak_allocated_gib"] = run.memory_gib
+        family = next(name for prefix, name in FAMILIES if run.source.startswith(prefix))
+        row = results.make_row("train", {"framework": run.par.framework, "release": family, "line": run.line,
+                                         "scenario": scenario}, "ok", metrics=metrics,
+                               prediction=_prediction(scenario),
+                               host={"device": "cuda", "gpu": run.cluster.gpu.name, "gpus": run.cluster.world,
+                                     "nodes": run.cluster.nodes},
+                               source=f"{run.source} (validation/data/published_more.csv line {run.line})")
+        row["time"] = "published"
+        out.append(row)
+    return out
+
+
 def _repredict(row: dict) -> dict:
     """`row` with the scenario and prediction the current harness and calculators give it."""
     from benchmarks import predict
@@ -145,10 +180,12 @@ def _write(path: Path, data: list[dict]) -> None:
     print(f"wrote {len(data)} rows to {path}")
 
 
-def main(path: Path = OUT, published_path: Path = PUBLISHED_OUT, harness_path: Path = HARNESS_OUT) -> int:
+def main(path: Path = OUT, published_path: Path = PUBLISHED_OUT, harness_path: Path = HARNESS_OUT,
+         stacks_path: Path = STACKS_OUT) -> int:
     _write(path, rows())
     _write(published_path, published_rows())
     _write(harness_path, harness_rows())
+    _write(stacks_path, stacks_rows())
     return 0
 
 
