@@ -190,14 +190,14 @@ def _memory_check():
 def published(group: str = "dense", field: str = "median") -> str:
     """The published runs of validation.published, scored: `group` dense, moe or moe:SOURCE;
     median, worst (absolute errors), signed (median, + = predicted too fast) or runs."""
-    from validation.published import check, summary
     name = {"dense": "dense", "moe": "mixture of experts"}.get(group) or f"mixture of experts, {group[4:]}"
-    n, median, worst, signed = _published_summary(check, summary)[name]
+    n, median, worst, signed = _published_summary()[name]
     return {"median": f"{median:.0%}", "worst": f"{worst:.0%}", "signed": f"{signed:+.0%}", "runs": f"{n}"}[field]
 
 
 @functools.lru_cache(maxsize=1)
-def _published_summary(check, summary) -> dict:
+def _published_summary() -> dict:
+    from validation.published import check, summary
     return summary(check())
 
 

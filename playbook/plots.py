@@ -27,16 +27,15 @@ TIME_COLOR = {"compute": "#4c78a8", "recompute": "#9ecae9", "host": "#bab0ac", "
               "ep": "#b279a2", "pp": "#9d755d", "dp": "#f58518", "bubble": "#eeca3b", "optimizer": "#54a24b",
               "other": "#72b7b2"}
 HIDDEN = "/"
+KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
+KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}
 
 
 def time_color(part: str) -> str | None:
     """The colour of a step's part, by its kind: 'tp_exposed', 'DP sync hidden (s)', 'waiting for
     the host' and 'host_bound' alike."""
     words = part.lower().replace("_", " ").split()
-    kind = "host" if "host" in words or "host bound" in part.lower() else words[0] if words else ""
-    return TIME_COLOR.get(kind)
-KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
-KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}
+    return TIME_COLOR.get("host" if "host" in words else words[0] if words else "")
 
 
 class Figure(dict):
@@ -270,8 +269,6 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
     height."""
     both = [v for p in points for v in (p["measured"], p["predicted"])]
     log = min(both) > 0 and max(both) / min(both) >= 10
-    if log:
-        points = [p for p in points if p["measured"] > 0 and p["predicted"] > 0]
     groups: dict = {}
     for p in points:
         groups.setdefault((1, p["series"]) if p.get("series") else (0, p["nodes"]), []).append(p)
