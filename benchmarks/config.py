@@ -147,7 +147,8 @@ class RunSpec:
                               recompute=recompute, schedule=self.schedule,
                               precision="fp8" if self.precision == "fp8" else "bf16",
                               framework="fsdp2", split=self.split or self._v_split(),
-                              recompute_ranks=ranks, compile=self.compile)
+                              recompute_ranks=ranks, compile=self.compile,
+                              loss="eager")       # torch.compile wraps the blocks only (parallelize.py)
 
     def _v_split(self) -> tuple:
         """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)

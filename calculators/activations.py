@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .frameworks import loss_activation_bytes, loss_kernel
 from .models import ModelSpec
 from .parallel import ParallelConfig
 from .recompute import policy, sac_saved
@@ -208,16 +209,14 @@ def recomputed_extra(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> 
 def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
     """Last stage, per micro-batch: (bytes kept until backward, transient bytes at the peak).
 
-    Kept: the final norm's input, rstd and output, and the fp32 softmax of the vocabulary-parallel
-    cross-entropy (4 bytes per element of the T x V/tp logit shard). Transient: the bf16 logits (or
-    their gradient) beside it, 2 bytes per element (Megatron's fused vocab-parallel loss).
-    nanotron casts the logits to fp32 in a pipeline block and makes a contiguous transposed copy
-    before its loss: 2 + 4 + 4 transient. PyTorch's unfused F.cross_entropy (fsdp2, deepspeed)
-    keeps the fp32 log-softmax and has the bf16 logits and the fp32 upcast transient: 4 + 6.
+    Kept: the final norm's input, rstd and output, and what the loss keeps of the T x V/tp logit
+    shard; transient: what sits beside it at the peak. Per logit by the loss's kernel
+    (frameworks.loss_kernel, loss_activation_bytes): eager PyTorch 4 kept + 6 transient, compiled
+    2 + 2, Megatron's fused loss 4 + 2, nanotron's 4 + 10.
     """
     T = tokens(par)
     T_sp = T / par.tp if par.sp else T
     logits = T * model.vocab / par.tp
-    transient = {"megatron": 2, "nanotron": 10}.get(par.framework, 6)
-    kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + FP32 * logits
+    kept_per_logit, transient = loss_activation_bytes(loss_kernel(par))
+    kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + kept_per_logit * logits
     return kept, transient * logits

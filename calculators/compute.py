@@ -23,7 +23,7 @@ from . import elementwise
 from .activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
-from .frameworks import attention_kernel, fused_matmuls, loss_bytes_per_logit
+from .frameworks import attention_kernel, fused_matmuls, loss_bytes_per_logit, loss_kernel
 from .hardware import GPUSpec
 from .models import ModelSpec
 from .parallel import ParallelConfig
@@ -142,7 +142,7 @@ def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profi
     T = tokens(par)
     g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
     logits = T * model.vocab / par.tp
-    (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(par.framework)
+    (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(loss_kernel(par))
     return (g + memory_time(fwd * logits, fwd_kernels, gpu, profile),
             g + memory_time(bwd * logits, bwd_kernels, gpu, profile), g)
 

@@ -154,9 +154,28 @@ def param_gather_overlapped(framework: str) -> bool:
     return framework == "fsdp2"
 
 
-def loss_bytes_per_logit(framework: str) -> tuple[tuple[float, int], tuple[float, int]]:
-    """HBM bytes per logit, and kernels, of the loss's element-wise passes over the bf16 logits:
-    ((forward bytes, kernels), (backward bytes, kernels)).
+def loss_kernel(par) -> str:
+    """How a framework runs its cross-entropy over the logits (`parallel.loss` overrides it):
+
+    - megatron: "fused", its vocabulary-parallel cross-entropy in one kernel each way
+      (cross_entropy_loss_fusion, on in NVIDIA's recipes);
+    - nanotron: "nanotron", its sharded_cross_entropy, unfused in fp32;
+    - fsdp2 (torchtitan): "compiled" under torch.compile, else "eager". torchtitan compiles its
+      loss function whenever training.compile is on since 2025-04-02 (commit bbb1b616e,
+      torchtitan/components/loss.py build_cross_entropy_loss); runs before that compiled the
+      model only (say loss="eager");
+    - deepspeed: "eager", PyTorch's F.cross_entropy on an fp32 upcast of the logits.
+    """
+    if par.loss:
+        return par.loss
+    if par.framework in ("megatron", "nanotron"):
+        return {"megatron": "fused"}.get(par.framework, par.framework)
+    return "compiled" if par.framework == "fsdp2" and par.compile else "eager"
+
+
+def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, int]]:
+    """HBM bytes per logit, and kernels, of the loss's element-wise passes over the bf16 logits
+    (kernel: loss_kernel's): ((forward bytes, kernels), (backward bytes, kernels)).
 
     - nanotron: its sharded_cross_entropy runs unfused in fp32. Forward: the cast to fp32 (read 2,
       write 4), the max (read 4), subtracting it (4 + 4), exp (4 + 4), the sum (4), dividing by it
@@ -164,13 +183,35 @@ def loss_bytes_per_logit(framework: str) -> tuple[tuple[float, int], tuple[float
       loss's gradient (4 + 4) and the cast back to bf16 (4 + 2): 14 in 2. Counting 16 bytes
       instead put the one-node TP 1 runs, whose 131,072-entry vocabulary TP does not shard, 9% too
       fast (median); 2% with this count and the host time refitted to it.
+    - compiled: Inductor fuses the upcast, the log-sum-exp and the gather into one reduction over
+      the bf16 logits (read 2), and the backward into one pass that reads them again and writes
+      the bf16 gradient (2 + 2).
     - the others: 8 and 8, about four fp32 passes. NVIDIA's Megatron recipes turn on
-      cross_entropy_loss_fusion (one fused kernel each way); torchtitan's and DeepSpeed's losses
-      have not been counted pass by pass.
+      cross_entropy_loss_fusion (one fused kernel each way); DeepSpeed's eager loss has not been
+      counted pass by pass.
     """
-    if framework == "nanotron":
+    if kernel == "nanotron":
         return (38.0, 6), (14.0, 2)
+    if kernel == "compiled":
+        return (2.0, 1), (4.0, 1)
     return (8.0, 2), (8.0, 2)
+
+
+def loss_activation_bytes(kernel: str) -> tuple[float, float]:
+    """(bytes per logit kept from the loss's forward to its backward, bytes per logit transient
+    beside them at the peak), for loss_kernel's kernels; checked against what PyTorch saves in
+    tests/calculators/test_activations_torch.py:
+
+    - eager: F.cross_entropy keeps its fp32 log-softmax (4); the bf16 logits and the fp32 upcast
+      are transient (2 + 4);
+    - compiled: Inductor's partitioner keeps the bf16 logits (2) and the per-token log-sum-exp
+      and recomputes the softmax in backward, whose bf16 gradient is the transient (2);
+    - fused (Megatron's vocabulary-parallel loss): its fp32 softmax (4), the bf16 logits or their
+      gradient beside it (2);
+    - nanotron: the fp32 softmax (4); it casts the logits to fp32 in a pipeline block and makes a
+      contiguous transposed copy before its loss: 2 + 4 + 4 transient.
+    """
+    return {"compiled": (2.0, 2.0), "fused": (4.0, 2.0), "nanotron": (4.0, 10.0)}.get(kernel, (4.0, 6.0))
 
 
 def grad_accumulation_bytes(framework: str, zero: int, microbatches: int) -> float:

@@ -17,6 +17,7 @@ from .models import ModelSpec
 from .recompute import STANDARD as RECOMPUTE, order as recompute_order, valid as recompute_valid
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
+LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (frameworks.loss_kernel)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -53,6 +54,7 @@ class ParallelConfig:
     flash: bool = True           # flash attention (no s x s score matrix is stored)
     attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (frameworks.attention_kernel)
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
+    loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (frameworks.loss_kernel)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -65,7 +67,8 @@ class ParallelConfig:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
         p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
-                                  "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS})
+                                  "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
+                                  "loss": LOSS_KERNELS})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")

@@ -95,6 +95,15 @@ def _model(row) -> ModelSpec:
                      name=name[:100], **words)
 
 
+def _loss(settings: str) -> str:
+    """The loss kernel a row states (loss=eager or loss=compiled in its other settings): a run of
+    torchtitan from before it compiled its loss under training.compile says loss=eager."""
+    for kernel in ("eager", "compiled"):
+        if f"loss={kernel}" in settings.replace(" ", "").lower():
+            return kernel
+    return ""
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -119,7 +128,8 @@ def _run(line: int, row: dict) -> Run:
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
-                         dispatcher="deepep" if "deepep" in row["other_settings"].lower() else "alltoall")
+                         dispatcher="deepep" if "deepep" in row["other_settings"].lower() else "alltoall",
+                         loss=_loss(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)
@@ -232,6 +242,9 @@ def readme_block(scored: list[Scored]) -> str:
              "|---|---|---|---|---|---|---|"]
     for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, cell).items()):
         lines.append(f"| {' '.join(k)} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} | {g40:.1%} | {g50:.1%} |")
+    lines += ["", "Peak memory, median |predicted / measured - 1| (reserved compared with 1.10 x the predicted "
+              "peak allocated): " + "; ".join(f"{k} {med:.1%} over {n} runs"
+                                              for k, (n, med) in sorted(memory_summary(scored).items())) + "."]
     return "\n".join(lines)
 
 

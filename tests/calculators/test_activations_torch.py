@@ -71,3 +71,36 @@ def test_flops_match_flop_counter(model, moe):
             torch.func.functional_call(layer, params, (x, cos, cos, mask))
     predicted = mbs * seq * (layer_matmul_flops(model, moe) + attention_flops(model, seq, causal=False))
     assert counter.get_total_flops() == pytest.approx(predicted, rel=1e-9)
+
+
+def _loss_saved_per_logit(loss_fn) -> tuple[float, torch.dtype]:
+    """Distinct bytes autograd keeps per logit from a cross-entropy's forward to its backward, and
+    the dtype of the logits' gradient (the backward's transient)."""
+    logits = torch.randn(2, 128, 1000, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 1000, (2, 128))
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn(logits, labels)
+    loss.backward()
+    return sum(storages.values()) / logits.numel(), logits.grad.dtype
+
+
+def _cross_entropy(pred, labels):   # torchtitan's loss (torchtitan/components/loss.py)
+    return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+
+
+@pytest.mark.parametrize("kernel", ["eager", "compiled"])
+def test_loss_keeps_what_pytorch_keeps(kernel):
+    """frameworks.loss_activation_bytes: eager F.cross_entropy on the fp32 upcast keeps its fp32
+    log-softmax; compiled by Inductor, it keeps the bf16 logits (and a per-token log-sum-exp) and
+    recomputes the softmax; the gradient comes back in bf16 either way."""
+    from calculators.frameworks import loss_activation_bytes
+    fn = torch.compile(_cross_entropy) if kernel == "compiled" else _cross_entropy
+    per_logit, grad_dtype = _loss_saved_per_logit(fn)
+    kept, transient = loss_activation_bytes(kernel)
+    assert per_logit == pytest.approx(kept, rel=0.03)     # the per-token terms are 1/1000 of it
+    assert grad_dtype == torch.bfloat16 and (kernel == "eager" or transient == 2)

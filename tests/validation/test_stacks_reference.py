@@ -45,11 +45,12 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
 
 
 def test_memory_is_reported_per_framework(scored):
-    """torchtitan's published peaks (reserved, op-level SAC): printed, not yet within 10% (the same
-    configuration measured 34 to 48 GiB on different GPUs and releases)."""
+    """torchtitan's published peaks (reserved, op-level SAC, its loss compiled or not): within 15%
+    at the median, not yet within 10% (B200's 33.7 GiB against MI300X's 39.1 for the same
+    commit and configuration, and the MoE debug model's 145 GiB, are not explained)."""
     rows, _ = scored
     memory = memory_summary(rows)
-    assert memory["fsdp2"][0] >= 10 and 0 < memory["fsdp2"][1] < 0.6
+    assert memory["fsdp2"][0] >= 10 and 0 < memory["fsdp2"][1] < 0.15
 
 
 def test_readme_quotes_the_scripts_figures(scored):
