@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import config as cfg
 

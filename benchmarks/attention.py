@@ -1,6 +1,6 @@
 """The attention suite: forward and backward time of PyTorch's `scaled_dot_product_attention` by
 kernel (flash: PyTorch's FlashAttention-2; cudnn: cuDNN's fused attention; efficient; math),
-sequence length, head dim, GQA ratio and causal masking, against calculators.attention's rates.
+sequence length, head dim, GQA ratio and causal masking, against calculators.time.attention's rates.
 
 The default cases follow the FlashAttention papers' setup, so that our rows sit beside the
 published figures the calculators use: batch x sequence = 16k tokens (batch 1 past 16k), hidden
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import host, predict
 from .gemm import time_fn, whole_numbers

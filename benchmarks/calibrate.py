@@ -7,7 +7,7 @@ What is fitted, from which rows (status ok, measured on the given GPU):
   at peak x gemm_fraction x d / (d + gemm_half_dim), d the smallest GEMM dimension, plus the
   operands' HBM time), by least squares on the log of the time (a grid over both);
 - collectives rows: each collective's intra-node bus-bandwidth efficiency and the fabric limit
-  (calculators/calibrate.py, fit_network);
+  (calculators/time/calibrate.py, fit_network);
 - train rows on one node (the network not in question): `host_ms_per_layer`, the host's time to
   issue a layer's forward and backward, by least absolute deviations of the log of the step time
   (one broken run, such as the bundled 1.34B one that measured 485 tokens/s where its twin ran
@@ -24,15 +24,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from calculators.calibrate import fit_network
-from calculators.comm import DEGRADED_FABRIC, fabric_share
-from calculators.compute import gemm_terms
-from calculators.errors import ConfigError
-from calculators.hardware import ClusterSpec, GPUSpec, gpu_from_name
-from calculators.parallel import check_layout
-from calculators.profiles import HardwareProfile, default_profile, save_profile
+from calculators.time.calibrate import fit_network
+from calculators.time.comm import DEGRADED_FABRIC, fabric_share
+from calculators.time.compute import gemm_terms
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import ClusterSpec, GPUSpec, gpu_from_name
+from calculators.specs.parallel import check_layout
+from calculators.time.profiles import HardwareProfile, default_profile, save_profile
 from calculators.scenario import parse
-from calculators.step import estimate_step
+from calculators.time.step import estimate_step
 
 from . import results
 

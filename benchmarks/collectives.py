@@ -16,8 +16,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from calculators.comm import Group, bus_bandwidth
-from calculators.errors import ConfigError
+from calculators.time.comm import Group, bus_bandwidth
+from calculators.specs.errors import ConfigError
 from calculators.scenario import parse_hardware, parse_profile
 
 from . import host

@@ -14,11 +14,11 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from calculators.errors import ConfigError
-from calculators.hf_config import from_hf_config
-from calculators.models import ModelSpec, MoESpec
-from calculators.parallel import RECOMPUTE, SCHEDULES, ParallelConfig
-from calculators.presets import model_from_name
+from calculators.specs.errors import ConfigError
+from calculators.specs.hf_config import from_hf_config
+from calculators.specs.models import ModelSpec, MoESpec
+from calculators.specs.parallel import RECOMPUTE, SCHEDULES, ParallelConfig
+from calculators.specs.presets import model_from_name
 from calculators.scenario import parse_model
 
 # A model small enough for CPU smoke tests and loss-equivalence checks (GQA: 4 heads, 2 kv heads).

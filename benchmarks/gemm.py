@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from calculators.errors import ConfigError
-from calculators.frameworks import fused_matmuls
-from calculators.presets import model_from_name
+from calculators.specs.errors import ConfigError
+from calculators.specs.frameworks import fused_matmuls
+from calculators.specs.presets import model_from_name
 
 from . import host, predict
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import results
 

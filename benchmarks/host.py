@@ -12,8 +12,8 @@ from functools import lru_cache
 import torch
 import torch.distributed as dist
 
-from calculators.errors import ConfigError
-from calculators.hardware import GPU_PRESETS
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def hardware(device: torch.device, g: Grid) -> dict:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         raise ConfigError(f"no calculators GPU preset matches {props.name}; predictions need one "
-                          f"(see calculators/hardware.py)")
+                          f"(see calculators/specs/hardware.py)")
     tflops = cpu_tflops()
     gpu = {"name": "cpu", "memory_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
            "bf16_tflops": tflops, "fp8_tflops": 0.0, "hbm_tbps": 0.02,

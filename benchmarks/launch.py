@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import results
 from .config import numbered_configs

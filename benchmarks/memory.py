@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import host, predict, results
 from .config import RunSpec

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from calculators.errors import ConfigError
-from calculators.models import ModelSpec
+from calculators.specs.errors import ConfigError
+from calculators.specs.models import ModelSpec
 
 
 def check_supported(spec: ModelSpec) -> None:

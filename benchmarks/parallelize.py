@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                SequenceParallel, parallelize_module)
 from torch.nn.parallel import DistributedDataParallel
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 AXES = ("pp", "dp", "cp", "tp")
 

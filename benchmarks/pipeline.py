@@ -21,7 +21,7 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleD
                                           ScheduleInterleaved1F1B, ScheduleZBVZeroBubble)
 
 from benchmarks.config import stage_ids, stage_layers, stages_per_rank   # torch-free, so the run spec can use them
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
              "zb": ScheduleZBVZeroBubble, "dualpipe": ScheduleDualPipeV}

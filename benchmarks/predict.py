@@ -2,9 +2,9 @@
 predicted again by the current calculators (validation.bundle) exactly as the suite predicted it."""
 from __future__ import annotations
 
-from calculators.attention import rates
-from calculators.compute import gemm_time
-from calculators.errors import ConfigError
+from calculators.time.attention import rates
+from calculators.time.compute import gemm_time
+from calculators.specs.errors import ConfigError
 from calculators.scenario import evaluate, parse_hardware, parse_profile
 
 KERNEL_FAMILY = {"flash": "fa2", "cudnn": "cudnn"}        # the calculators' table for each SDPA backend
@@ -40,7 +40,7 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: boo
 
 
 def attention(m: dict, gpu_preset: str | None) -> dict:
-    """Forward and backward rates and times from calculators.attention's table (H100 only)."""
+    """Forward and backward rates and times from calculators.time.attention's table (H100 only)."""
     family = KERNEL_FAMILY.get(m["backend"])
     if not family or gpu_preset != "H100-80GB":
         return {}

@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import results
 from .groups import Group, split

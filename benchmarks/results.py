@@ -160,8 +160,8 @@ def load_bytes(data: bytes, name: str) -> Loaded:
 
 
 def _load_lines(fh, name: str, out: Loaded) -> Loaded:
-    from calculators.errors import ConfigError
-    from calculators.validate import bounded_lines, loads
+    from calculators.specs.errors import ConfigError
+    from calculators.specs.validate import bounded_lines, loads
     skipped = 0
 
     def problem(text):

@@ -14,7 +14,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from . import host, results
 from .config import RunSpec

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 from .groups import Group, counted
 

@@ -17,9 +17,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from calculators.errors import ConfigError
-from calculators.flops import model_flops_per_token
-from calculators.parallel import check_layout
+from calculators.specs.errors import ConfigError
+from calculators.time.flops import model_flops_per_token
+from calculators.specs.parallel import check_layout
 from calculators.scenario import parse_hardware
 
 from . import host, pipeline

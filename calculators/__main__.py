@@ -19,13 +19,13 @@ import signal
 import sys
 import threading
 
-from . import limits
-from .errors import ConfigError
-from .hardware import GPU_PRESETS
-from .parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
-from .presets import MODEL_PRESETS, model_from_name
+from .specs import limits
+from .specs.errors import ConfigError
+from .specs.hardware import GPU_PRESETS
+from .specs.parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
+from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
-from .validate import bounded_lines, loads, show
+from .specs.validate import bounded_lines, loads, show
 
 
 class _OverBudget(BaseException):
@@ -155,10 +155,10 @@ def cmd_request(args) -> int:
     """`budget` or `optimal`: one JSON request (stdin or --file) -> its answer as JSON, or a table
     with --text; bad input, the time budget or a bug give one `error:` line, exit 2."""
     if args.cmd == "budget":
-        from .budget import budget_answer, text
+        from .planning.budget import budget_answer, text
         compute = lambda request: budget_answer(request, workers=os.cpu_count() or 1)   # noqa: E731
     else:
-        from .chinchilla import optimal_answer as compute, text
+        from .planning.chinchilla import optimal_answer as compute, text
     ans = _answer(args, compute, args.cmd, f"the {args.cmd} request took longer than its {args.budget_s:g} s "
                   "budget; ask for fewer cluster sizes or raise --budget-s")
     if ans is None:
@@ -168,10 +168,10 @@ def cmd_request(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from .memory import USABLE_FRACTION, estimate_memory
+    from .memory.estimate import USABLE_FRACTION, estimate_memory
     try:
         if args.config:
-            from .hf_config import from_hf_config
+            from .specs.hf_config import from_hf_config
             if not os.path.isfile(args.config):
                 raise ConfigError(f"--config {show(args.config)}: " + ("not a regular file" if os.path.exists(args.config)
                                                                         else "no such file"))

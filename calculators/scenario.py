@@ -7,7 +7,7 @@
 
 `hardware.profile` (optional) picks the time model's efficiency knobs: a profile name (a GPU
 preset id), a path to a profile JSON file, or an object whose keys override the GPU's default
-profile (calculators/profiles.py). Bad input raises ConfigError with a message that says what
+profile (calculators/time/profiles.py). Bad input raises ConfigError with a message that says what
 to change.
 """
 from __future__ import annotations
@@ -16,17 +16,17 @@ import json
 from dataclasses import MISSING, fields
 from functools import lru_cache
 
-from . import limits
-from .errors import ConfigError
-from .hardware import ClusterSpec, GPUSpec, gpu_from_name
-from .hf_config import from_hf_config
-from .memory import estimate_memory
-from .models import ModelSpec, MoESpec, MLASpec
-from .parallel import ParallelConfig
-from .presets import model_from_name
-from .profiles import PROFILES, HardwareProfile, default_profile, load_profile, profile_from_dict
-from .step import estimate_step
-from .validate import check_fields, loads, show
+from .specs import limits
+from .specs.errors import ConfigError
+from .specs.hardware import ClusterSpec, GPUSpec, gpu_from_name
+from .specs.hf_config import from_hf_config
+from .memory.estimate import estimate_memory
+from .specs.models import ModelSpec, MoESpec, MLASpec
+from .specs.parallel import ParallelConfig
+from .specs.presets import model_from_name
+from .time.profiles import PROFILES, HardwareProfile, default_profile, load_profile, profile_from_dict
+from .time.step import estimate_step
+from .specs.validate import check_fields, loads, show
 
 
 def _build(cls, data: dict, where: str, skip=()):
@@ -133,9 +133,9 @@ def plan_answer(request: dict) -> dict:
     """The plan contract: {model, hardware, seq, gbs, constraints?, top?} -> ranked plans (each
     with its parallel layout, step and memory answers and its exports), why the winner wins, the
     most instructive rejections; or, when nothing fits, `impossible` and `min_gpus`."""
-    from .explain import label
-    from .export import FORMATS, export
-    from .planner import plan
+    from .planning.explain import label
+    from .planning.export import FORMATS, export
+    from .planning.planner import plan
     if not isinstance(request, dict):
         raise ConfigError("a plan request must be a JSON object with model, hardware, seq and gbs "
                           f"(got {show(request)})")

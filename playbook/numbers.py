@@ -9,17 +9,17 @@ from __future__ import annotations
 import functools
 import statistics
 
-from calculators.comm import Group, collective_time, experts_hit
-from calculators.errors import ConfigError
-from calculators.flops import model_flops_per_token
-from calculators.hardware import gpu_from_name
-from calculators.memory import estimate_memory
-from calculators.pipeline import simulate
-from calculators.presets import model_from_name
-from calculators.profiles import default_profile
+from calculators.time.comm import Group, collective_time, experts_hit
+from calculators.specs.errors import ConfigError
+from calculators.time.flops import model_flops_per_token
+from calculators.specs.hardware import gpu_from_name
+from calculators.memory.estimate import estimate_memory
+from calculators.pipeline.simulate import simulate
+from calculators.specs.presets import model_from_name
+from calculators.time.profiles import default_profile
 from calculators.scenario import parse_hardware
-from calculators.step import estimate_step
-from calculators.timeline import step_timeline
+from calculators.time.step import estimate_step
+from calculators.time.timeline import step_timeline
 from playbook.values import scenario_from
 
 _INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "p", "m", "v", "n", "k")
@@ -112,9 +112,9 @@ def plan(model: str, nodes: str, seq: str, gbs: str, gpu: str = "H100-80GB") -> 
 
 def budget(model: str, tokens: str, gpus: str, seq: str = "8192", gbs: str = "1024", field: str = "days",
            at: str = "", gpu: str = "H100-80GB") -> str:
-    """A training run over the cluster sizes `gpus` (comma list; calculators/budget.py), at size `at`
+    """A training run over the cluster sizes `gpus` (comma list; calculators/planning/budget.py), at size `at`
     (default: the first): days, gpu_hours, cost, tps, goodput, efficiency, plan; or knee (GPUs)."""
-    from calculators.budget import budget_answer
+    from calculators.planning.budget import budget_answer
     sizes = [int(n) for n in gpus.split(",")]
     ans = budget_answer({"model": {"preset": model}, "hardware": {"gpu": gpu}, "tokens": float(tokens),
                          "seq": int(seq), "gbs": int(gbs), "gpus": sizes})
@@ -129,10 +129,10 @@ def budget(model: str, tokens: str, gpus: str, seq: str = "8192", gbs: str = "10
 
 
 def goodput(model: str, gpus: str, field: str = "goodput") -> str:
-    """Goodput of a run on `gpus` GPUs with the defaults (calculators/goodput.py, Megatron's layout):
+    """Goodput of a run on `gpus` GPUs with the defaults (calculators/planning/goodput.py, Megatron's layout):
     goodput, mtbf (hours), checkpoint (TB), write (s), interval (minutes); gpu_years: one GPU's mean time
     between failures at the default rate."""
-    from calculators.goodput import FAILURES_PER_GPU_DAY, goodput as expected
+    from calculators.planning.goodput import FAILURES_PER_GPU_DAY, goodput as expected
     g = expected(model_from_name(model), int(gpus))
     return {"goodput": f"{g.goodput:.1%}", "mtbf": f"{g.mtbf_s / 3600:.1f} hours",
             "interval": f"{g.interval_s / 60:.1f} minutes", "checkpoint": f"{g.checkpoint_gb / 1e3:.1f} TB",
@@ -140,10 +140,10 @@ def goodput(model: str, gpus: str, field: str = "goodput") -> str:
 
 
 def optimal(gpu_hours: str, gpu: str = "H100-80GB", field: str = "params", smaller: str = "0.5") -> str:
-    """Chinchilla's compute-optimal model for a budget of H100-hours at 40% MFU (calculators/chinchilla.py):
+    """Chinchilla's compute-optimal model for a budget of H100-hours at 40% MFU (calculators/planning/chinchilla.py):
     params, tokens, ratio (tokens per parameter), flops; for a model `smaller` x the size: small_tokens,
     extra (training compute), break_even (tokens served until it pays)."""
-    from calculators.chinchilla import optimal_answer
+    from calculators.planning.chinchilla import optimal_answer
     ans = optimal_answer({"gpu_hours": float(gpu_hours), "hardware": {"gpu": gpu}, "smaller": [float(smaller)]})
     s = ans["smaller"][0]
     return {"params": f"{ans['params'] / 1e9:,.0f}B parameters", "tokens": f"{ans['tokens'] / 1e12:,.1f}T tokens",
@@ -173,7 +173,7 @@ def memory_check(field: str = "accuracy") -> str:
     """nanotron's runs (validation.memory): accuracy (fit vs out-of-memory called right), median
     and p90 (|predicted - measured| / measured, allocated between steps), runs (with a clear
     outcome), usable (the fit rule's share of the GPU's memory)."""
-    from calculators.memory import USABLE_FRACTION
+    from calculators.memory.estimate import USABLE_FRACTION
     if field == "usable":
         return f"{USABLE_FRACTION:.0%}"
     c = _memory_check()

@@ -3,17 +3,17 @@ parameter coerced to its control's type, and scenario settings parsed into calcu
 
 Every value here may come from a visitor (a control moved, a value sent to the API, a link), so
 each is checked strictly: "8.5" is not a layer count, "maybe" is not a boolean, inf is not a
-number; the calculators then check sizes against their stated limits (calculators/limits.py).
+number; the calculators then check sizes against their stated limits (calculators/specs/limits.py).
 """
 from __future__ import annotations
 
 import math
 
-from calculators.errors import ConfigError
-from calculators.limits import MAX_GPUS
-from calculators.hf_config import from_hf_config
+from calculators.specs.errors import ConfigError
+from calculators.specs.limits import MAX_GPUS
+from calculators.specs.hf_config import from_hf_config
 from calculators.scenario import parse_hardware, parse_model, parse_parallel
-from calculators.validate import show
+from calculators.specs.validate import show
 
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 MAX_CONFIG_CHARS = 262_144       # a pasted config.json (real ones are 1 to 10 KB)

@@ -5,7 +5,7 @@
 Each line of validation/data/published_totals.jsonl is one run: a budget request in the
 calculators' own schema (model, GPU, tokens, sequence length, final global batch, GPUs) and the
 published total; the data's README says where each figure comes from. The budget
-(calculators/budget.py) plans the run with the default profiles and goodput, and nothing here is
+(calculators/planning/budget.py) plans the run with the default profiles and goodput, and nothing here is
 fitted to these totals. Where the cluster size was not published, the run is planned over a range
 of sizes and the published total compared with the range (0 when inside). Where the layout was
 published, the run is also planned with the planner held to it (`layout_constraints`), which
@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculators.budget import budget_answer
+from calculators.planning.budget import budget_answer
 
 DATA = Path(__file__).parent / "data" / "published_totals.jsonl"
 SOURCES = {

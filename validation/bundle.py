@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import results
-from calculators.errors import ConfigError
-from calculators.flops import model_flops_per_token
+from calculators.specs.errors import ConfigError
+from calculators.time.flops import model_flops_per_token
 from calculators.scenario import evaluate
 from validation import published
 from validation.nanotron import DATA, SOURCE, load_runs

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from benchmarks import results
-from calculators.memory import USABLE_FRACTION
+from calculators.memory.estimate import USABLE_FRACTION
 from validation.bundle import HARNESS_OUT
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from calculators.errors import ConfigError
-from calculators.memory import USABLE_FRACTION, estimate_memory
+from calculators.specs.errors import ConfigError
+from calculators.memory.estimate import USABLE_FRACTION, estimate_memory
 from validation.nanotron import SOURCE, load_runs
 
 

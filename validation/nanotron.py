@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.models import ModelSpec
-from calculators.parallel import ParallelConfig
-from calculators.presets import model_from_name
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.presets import model_from_name
 
 DATA = Path(__file__).parent / "data" / "nanotron_scaling_runs.csv"
 SOURCE = ("Ultra-Scale Playbook benchmark runs (nanotron, H100 80GB), huggingface.co/spaces/nanotron/"

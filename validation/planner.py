@@ -15,8 +15,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from calculators.errors import ConfigError
-from calculators.planner import plan
+from calculators.specs.errors import ConfigError
+from calculators.planning.planner import plan
 
 from .nanotron import load_runs
 from .time import scored

@@ -22,14 +22,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculators import flops as fl
-from calculators.errors import ConfigError
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.models import ModelSpec
-from calculators.parallel import DISPATCHERS, ParallelConfig, check_layout, megatron_split
-from calculators.presets import model_from_name
-from calculators.profiles import default_profile
-from calculators.step import estimate_step
+from calculators.time import flops as fl
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import DISPATCHERS, ParallelConfig, check_layout, megatron_split
+from calculators.specs.presets import model_from_name
+from calculators.time.profiles import default_profile
+from calculators.time.step import estimate_step
 
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
 SOURCES = {

@@ -18,15 +18,15 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from calculators.errors import ConfigError
-from calculators.flops import model_flops_per_token
-from calculators.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
-from calculators.memory import estimate_memory
-from calculators.models import ModelSpec, MoESpec
-from calculators.parallel import ParallelConfig, check_layout
-from calculators.presets import MODEL_PRESETS, model_from_name
-from calculators.profiles import default_profile
-from calculators.step import estimate_step
+from calculators.specs.errors import ConfigError
+from calculators.time.flops import model_flops_per_token
+from calculators.specs.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
+from calculators.memory.estimate import estimate_memory
+from calculators.specs.models import ModelSpec, MoESpec
+from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.presets import MODEL_PRESETS, model_from_name
+from calculators.time.profiles import default_profile
+from calculators.time.step import estimate_step
 
 DATA = Path(__file__).parent / "data" / "published_more.csv"
 FRAMEWORKS = {"torchtitan": "fsdp2", "fsdp2": "fsdp2", "fsdp": "fsdp2", "megatron": "megatron", "nemo": "megatron",

@@ -4,7 +4,7 @@
 
 1. Bus bandwidth. The runs logged AllReduce / AllGather / ReduceScatter bus bandwidth (256 MB)
    at 1 to 64 nodes. The median per node count is the cluster's typical state. One knob,
-   `fabric_gbps`, is fitted to the all-reduce medians only (calculators/calibrate.py); all-
+   `fabric_gbps`, is fitted to the all-reduce medians only (calculators/time/calibrate.py); all-
    gather and reduce-scatter are then predicted, not fitted.
 2. Throughput. Each run's tokens/s/GPU is predicted with the H100 profile, its network set from
    the bus bandwidths that run itself measured (the cluster's state during that job: the same
@@ -39,13 +39,13 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from calculators.calibrate import fit_network
-from calculators.comm import DEGRADED_FABRIC, bus_bandwidth, fabric_share, whole_cluster
-from calculators.errors import ConfigError
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.memory import estimate_memory
-from calculators.profiles import default_profile
-from calculators.step import estimate_step
+from calculators.time.calibrate import fit_network
+from calculators.time.comm import DEGRADED_FABRIC, bus_bandwidth, fabric_share, whole_cluster
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.memory.estimate import estimate_memory
+from calculators.time.profiles import default_profile
+from calculators.time.step import estimate_step
 from validation.nanotron import SOURCE, load_runs
 
 SIZE = 256 * 2**20                 # the playbook's message size for these columns ("size=256MB")
@@ -230,7 +230,7 @@ def main() -> None:
     print("\n| layout | runs | median abs error | p90 abs error | median signed |\n|---|---|---|---|---|")
     for k, (n, med, p90, signed) in c.by_layout.items():
         print(f"| {k} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} |")
-    print("\nnanotron's host floors (calculators/frameworks.py, host_scale), fitted on the 1.34B and 3.57B "
+    print("\nnanotron's host floors (calculators/specs/frameworks.py, host_scale), fitted on the 1.34B and 3.57B "
           "runs of the first two layouts; the other models are predictions. The third layout multiplies the two "
           "and fits no number, but its runs chose the form (TP ranks per node raised to the power, not the "
           "whole TP group, which the fitted runs cannot tell apart; frameworks.host_scale):\n")

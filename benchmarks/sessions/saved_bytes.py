@@ -9,7 +9,7 @@ import sys
 import torch
 
 from benchmarks.model import Block, rope_table
-from calculators.presets import model_from_name
+from calculators.specs.presets import model_from_name
 
 out = sys.argv[1]
 spec = model_from_name(sys.argv[2] if len(sys.argv) > 2 else "llama3-8b")

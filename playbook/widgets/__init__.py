@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from calculators import limits
-from calculators.errors import ConfigError
-from calculators.hardware import GPU_PRESETS
-from calculators.parallel import DISPATCHERS, FRAMEWORKS, RECOMPUTE, SCHEDULES
-from calculators.presets import MODEL_PRESETS
-from calculators.validate import show
+from calculators.specs import limits
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS
+from calculators.specs.parallel import DISPATCHERS, FRAMEWORKS, RECOMPUTE, SCHEDULES
+from calculators.specs.presets import MODEL_PRESETS
+from calculators.specs.validate import show
 from playbook import escape
 from playbook.values import MAX_CONFIG_CHARS, coerce as _coerce
 

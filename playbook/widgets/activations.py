@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import gradio as gr
 
-from calculators.memory import estimate_memory
-from calculators.parallel import RECOMPUTE
+from calculators.memory.estimate import estimate_memory
+from calculators.specs.parallel import RECOMPUTE
 from playbook.plots import lines
 
 from playbook.values import scenario_from

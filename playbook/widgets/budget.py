@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators import limits
-from calculators.budget import budget_answer
-from calculators.goodput import FAILURES_PER_GPU_DAY
-from calculators.hardware import GPU_PRESETS
-from calculators.presets import MODEL_PRESETS
+from calculators.specs import limits
+from calculators.planning.budget import budget_answer
+from calculators.planning.goodput import FAILURES_PER_GPU_DAY
+from calculators.specs.hardware import GPU_PRESETS
+from calculators.specs.presets import MODEL_PRESETS
 from playbook import escape
 from playbook.plots import budget_plot
 
@@ -37,7 +37,7 @@ CONTROLS = {
 
 
 def request(v: dict) -> dict:
-    """The widget's settings as a budget request (calculators/budget.py)."""
+    """The widget's settings as a budget request (calculators/planning/budget.py)."""
     lo, hi = sorted((v["smallest"], v["largest"]))
     req = {"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"]}, "tokens": float(v["tokens"]) * 1e12,
            "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": [n for n in SIZES if lo <= n <= hi],

@@ -14,7 +14,7 @@ import os
 
 import gradio as gr
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 from playbook import escape
 from playbook.measured import MAX_UPLOAD_BYTES, METRICS, match, sources
 from playbook.plots import measured_vs_predicted

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.memory import USABLE_FRACTION, memory_dict
+from calculators.memory.estimate import USABLE_FRACTION, memory_dict
 from playbook.plots import memory_by_stage
 
 from playbook import escape

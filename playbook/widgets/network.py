@@ -9,10 +9,10 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from calculators.comm import Group, bus_bandwidth, collective_time
-from calculators.errors import ConfigError
-from calculators.hardware import GPU_PRESETS
-from calculators.profiles import COLLECTIVES, default_profile
+from calculators.time.comm import Group, bus_bandwidth, collective_time
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS
+from calculators.time.profiles import COLLECTIVES, default_profile
 from calculators.scenario import parse_hardware
 from playbook.plots import lines, roofline
 
@@ -56,8 +56,8 @@ def build_collectives(wid: str, params: dict) -> Widget:
 
 
 def roof_compute(v: dict):
-    from calculators.compute import gemm_time
-    from calculators.frameworks import fused_matmuls
+    from calculators.time.compute import gemm_time
+    from calculators.specs.frameworks import fused_matmuls
     model, cluster, par = scenario_from(v)
     gpu, prof = cluster.gpu, default_profile(cluster.gpu.name)
     T = par.mbs * par.seq / par.cp

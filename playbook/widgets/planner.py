@@ -6,11 +6,11 @@ import functools
 
 import gradio as gr
 
-from calculators import limits
-from calculators.export import FORMATS
-from calculators.hardware import GPU_PRESETS
-from calculators.parallel import FRAMEWORKS
-from calculators.presets import MODEL_PRESETS
+from calculators.specs import limits
+from calculators.planning.export import FORMATS
+from calculators.specs.hardware import GPU_PRESETS
+from calculators.specs.parallel import FRAMEWORKS
+from calculators.specs.presets import MODEL_PRESETS
 from calculators.scenario import plan_answer
 from playbook import escape
 from playbook.plots import placeholder, plans_bar

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import gradio as gr
 
-from calculators.errors import ConfigError
-from calculators.memory import USABLE_FRACTION, estimate_memory
-from calculators.step import estimate_step
+from calculators.specs.errors import ConfigError
+from calculators.memory.estimate import USABLE_FRACTION, estimate_memory
+from calculators.time.step import estimate_step
 from playbook.plots import scaling_plot
 
 from playbook.values import scenario_from

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.errors import ConfigError
-from calculators.parallel import SCHEDULES
-from calculators.pipeline import closed_form_bubble, simulate
+from calculators.specs.errors import ConfigError
+from calculators.specs.parallel import SCHEDULES
+from calculators.pipeline.simulate import closed_form_bubble, simulate
 from playbook.plots import gantt
 
 from . import Widget, simple_widget

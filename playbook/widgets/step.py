@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.memory import estimate_memory
-from calculators.step import estimate_step
+from calculators.memory.estimate import estimate_memory
+from calculators.time.step import estimate_step
 from playbook.plots import breakdown_bar
 
 from playbook.values import scenario_from

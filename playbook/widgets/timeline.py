@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.memory import estimate_memory
-from calculators.timeline import step_timeline
+from calculators.memory.estimate import estimate_memory
+from calculators.time.timeline import step_timeline
 from playbook.plots import stacked_phases
 
 from playbook.values import scenario_from

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 from benchmarks import results
 from benchmarks.__main__ import main
-from calculators.comm import bus_bandwidth, whole_cluster
-from calculators.compute import gemm_time
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.profiles import default_profile
+from calculators.time.comm import bus_bandwidth, whole_cluster
+from calculators.time.compute import gemm_time
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.time.profiles import default_profile
 from calculators.scenario import evaluate
 
 
@@ -49,7 +49,7 @@ def test_calibrate_recovers_the_host_time_from_one_node_training_runs(tmp_path):
     count, a scenario the calculators refuse) give it back; on the bundled nanotron rows the fit
     is the profile's documented default."""
     from calculators.scenario import parse
-    from calculators.step import estimate_step
+    from calculators.time.step import estimate_step
     truth = replace(default_profile("H100-80GB"), host_ms_per_layer=7.0)
     path = tmp_path / "train.jsonl"
     for tp, mbs, nodes in ((1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (8, 4, 1), (8, 1, 2)):

@@ -7,7 +7,7 @@ from benchmarks import pipeline
 from benchmarks.config import TINY, TINY_MOE, RunSpec, resolve_model
 from benchmarks.model import Transformer, canonical_name, init_weights
 from benchmarks.train import build_model, global_batch
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 
 @pytest.mark.parametrize("spec", [TINY, TINY_MOE, resolve_model("llama3-8b"), resolve_model("mixtral-8x7b")],
@@ -84,7 +84,7 @@ def test_prediction_counts_the_layers_each_rank_runs(schedule, vpp, layers, pp):
     """The calculators' layout for a run gives every pipeline rank as many layers as the harness
     puts on it (V-shaped schedules through an explicit split)."""
     from dataclasses import replace as dc_replace
-    from calculators.memory import stage_layers as predicted
+    from calculators.memory.estimate import stage_layers as predicted
     run = RunSpec(model="tiny", pp=pp, vpp=vpp, schedule=schedule, mbs=1, gbs=4 * pp, seq=32)
     spec = dc_replace(run.spec(), layers=layers)
     run = dc_replace(run, model=spec)
@@ -109,7 +109,7 @@ def test_gemm_and_attention_size_lists_refuse_what_is_not_a_whole_number():
     import pytest
 
     from benchmarks import attention, gemm
-    from calculators.errors import ConfigError
+    from calculators.specs.errors import ConfigError
     for call, says in ((lambda: gemm.cases("", ["bf16"], 1, "llama3-8b", "0"), "--tps"),
                        (lambda: gemm.cases("", ["bf16"], 1, "llama3-8b", "1", -5), "--tokens"),
                        (lambda: attention.cases("x", "128", "1", "flash"), "--seqs"),

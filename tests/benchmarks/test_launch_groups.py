@@ -10,7 +10,7 @@ from benchmarks.__main__ import main
 from benchmarks.config import numbered_configs
 from benchmarks.launch import Options, launch, record_missing
 from benchmarks.sweep import pending
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 
 
 @pytest.mark.parametrize("config, world", [

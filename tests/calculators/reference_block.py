@@ -1,6 +1,6 @@
 """A reference transformer layer in plain PyTorch, as one tensor-parallel rank runs it.
 
-Used to check calculators/activations.py and calculators/flops.py against what PyTorch itself
+Used to check calculators/memory/activations.py and calculators/time/flops.py against what PyTorch itself
 saves and computes. The rank-local shard has heads/tp, kv_heads/tp and ffn/tp; with sequence
 parallelism its input holds tokens/tp and the two TP boundaries behave as Megatron's do:
 - `ColumnParallel`: all-gather the sequence shard, multiply; save the *shard* for backward and
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from calculators.models import ModelSpec
+from calculators.specs.models import ModelSpec
 
 
 class RMSNormFn(torch.autograd.Function):

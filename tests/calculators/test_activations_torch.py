@@ -1,17 +1,17 @@
 """Activation bytes and FLOPs of one layer vs PyTorch itself (FakeTensorMode: nothing is allocated).
 
 Every distinct storage autograd saves during a forward is recorded with saved-tensor hooks and
-compared with calculators.activations; FlopCounterMode's count is compared with calculators.flops.
+compared with calculators.memory.activations; FlopCounterMode's count is compared with calculators.time.flops.
 """
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from calculators.activations import layer_activations
-from calculators.flops import attention_flops, layer_matmul_flops
-from calculators.models import ModelSpec, MoESpec
-from calculators.parallel import ParallelConfig
+from calculators.memory.activations import layer_activations
+from calculators.time.flops import attention_flops, layer_matmul_flops
+from calculators.specs.models import ModelSpec, MoESpec
+from calculators.specs.parallel import ParallelConfig
 from tests.calculators.reference_block import ReferenceLayer, saved_activation_bytes
 
 GQA = ModelSpec(layers=1, hidden=512, heads=8, kv_heads=2, ffn=1536, vocab=1000)
@@ -98,7 +98,7 @@ def test_loss_keeps_what_pytorch_keeps(kernel):
     """frameworks.loss_activation_bytes: eager F.cross_entropy on the fp32 upcast keeps its fp32
     log-softmax; compiled by Inductor, it keeps the bf16 logits (and a per-token log-sum-exp) and
     recomputes the softmax; the gradient comes back in bf16 either way."""
-    from calculators.frameworks import loss_activation_bytes
+    from calculators.specs.frameworks import loss_activation_bytes
     fn = torch.compile(_cross_entropy) if kernel == "compiled" else _cross_entropy
     per_logit, grad_dtype = _loss_saved_per_logit(fn)
     kept, transient = loss_activation_bytes(kernel)

@@ -1,12 +1,12 @@
 """Attention kernels' time from the FlashAttention-3 paper's H100 measurements and ours (attention.py)."""
 import pytest
 
-from calculators import attention
-from calculators.frameworks import attention_kernel
-from calculators.hardware import gpu_from_name
-from calculators.models import ModelSpec
-from calculators.parallel import ParallelConfig
-from calculators.profiles import default_profile
+from calculators.time import attention
+from calculators.specs.frameworks import attention_kernel
+from calculators.specs.hardware import gpu_from_name
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import ParallelConfig
+from calculators.time.profiles import default_profile
 
 L8B = ModelSpec(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256)
 

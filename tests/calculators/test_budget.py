@@ -1,4 +1,4 @@
-"""Time, cost and goodput to train (calculators/budget.py, goodput.py, chinchilla.py): the CLI
+"""Time, cost and goodput to train (calculators/planning/budget.py, goodput.py, chinchilla.py): the CLI
 contract, its properties, bad input, and the 405B budget's speed."""
 import json
 import math
@@ -10,10 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculators import budget, chinchilla, goodput
-from calculators.budget import batch_at, budget_answer, parse
-from calculators.errors import ConfigError
-from calculators.presets import model_from_name
+from calculators.planning import budget
+
+from calculators.planning import chinchilla
+
+from calculators.planning import goodput
+from calculators.planning.budget import batch_at, budget_answer, parse
+from calculators.specs.errors import ConfigError
+from calculators.specs.presets import model_from_name
 
 CONTRACT = {"gpus", "plan", "tokens_per_s_per_gpu", "days", "gpu_hours", "cost", "goodput"}
 SMALL = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB"}, "tokens": 1e12, "seq": 4096, "gbs": 256}

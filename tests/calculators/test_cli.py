@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculators.errors import ConfigError
+from calculators.specs.errors import ConfigError
 from calculators.scenario import evaluate, evaluate_line
 
 CONTRACT_EXAMPLE = {

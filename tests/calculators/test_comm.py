@@ -1,12 +1,12 @@
 """Collectives: placement on the rank grid, the cost formulas, and the docstring's worked example."""
 import pytest
 
-from calculators.comm import (Group, bus_bandwidth, collective_time, dispatch_time, expert_group, experts_hit, group,
+from calculators.time.comm import (Group, bus_bandwidth, collective_time, dispatch_time, expert_group, experts_hit, group,
                              whole_cluster)
-from calculators.errors import ConfigError
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig
-from calculators.profiles import default_profile
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.specs.parallel import ParallelConfig
+from calculators.time.profiles import default_profile
 
 H100 = gpu_from_name("H100-80GB")
 PROF = default_profile("H100-80GB")

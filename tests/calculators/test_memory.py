@@ -6,13 +6,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calculators.frameworks import bytes_per_param
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.memory import GIB, estimate_memory, peak_memory, pipeline_stages, stage_layers
-from calculators.models import ModelSpec, MoESpec
-from calculators.errors import ConfigError
-from calculators.parallel import RECOMPUTE, ParallelConfig
-from calculators.presets import model_from_name
+from calculators.specs.frameworks import bytes_per_param
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.memory.estimate import GIB, estimate_memory, peak_memory, pipeline_stages, stage_layers
+from calculators.specs.models import ModelSpec, MoESpec
+from calculators.specs.errors import ConfigError
+from calculators.specs.parallel import RECOMPUTE, ParallelConfig
+from calculators.specs.presets import model_from_name
 from tests.calculators.reference_block import ReferenceLayer
 
 H100 = gpu_from_name("H100-80GB")
@@ -194,10 +194,10 @@ def test_the_planners_fit_test_is_every_stage_of_the_estimate(d, variant):
 
 
 def test_dualpipe_keeps_both_ends_on_rank_zero():
-    from calculators.hardware import ClusterSpec, gpu_from_name
-    from calculators.memory import estimate_memory
-    from calculators.parallel import ParallelConfig
-    from calculators.presets import model_from_name
+    from calculators.specs.hardware import ClusterSpec, gpu_from_name
+    from calculators.memory.estimate import estimate_memory
+    from calculators.specs.parallel import ParallelConfig
+    from calculators.specs.presets import model_from_name
     model = model_from_name("llama3-8b")
     cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=1)
     dual = estimate_memory(model, cluster, ParallelConfig(pp=4, dp=2, gbs=32, schedule="dualpipe"))
@@ -212,8 +212,8 @@ def test_recompute_per_rank_gives_each_stage_its_own_mode():
     mode everywhere; the first ranks of 1F1B, which hold the most micro-batches, can recompute
     alone."""
     from dataclasses import replace
-    from calculators.step import estimate_step, rank_busy, stage_costs
-    from calculators.profiles import default_profile
+    from calculators.time.step import estimate_step, rank_busy, stage_costs
+    from calculators.time.profiles import default_profile
     model = model_from_name("llama3-70b")
     cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=4)
     base = ParallelConfig(tp=8, pp=4, dp=1, sp=True, gbs=32, seq=8192, zero=1)

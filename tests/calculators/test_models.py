@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from calculators.errors import ConfigError
-from calculators.hf_config import from_hf_config
-from calculators.presets import MODEL_PRESETS, model_from_name
+from calculators.specs.errors import ConfigError
+from calculators.specs.hf_config import from_hf_config
+from calculators.specs.presets import MODEL_PRESETS, model_from_name
 
 # (preset, total, active) in billions, as published by the model's authors.
 PUBLISHED = {

@@ -1,10 +1,10 @@
 """Layout validation: each broken rule is named, with its numbers and what to change."""
 import pytest
 
-from calculators.errors import ConfigError
-from calculators.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig, check_layout, megatron_split, virtual_split
-from calculators.presets import model_from_name
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
+from calculators.specs.parallel import ParallelConfig, check_layout, megatron_split, virtual_split
+from calculators.specs.presets import model_from_name
 
 H100 = gpu_from_name("H100-80GB")
 L70 = model_from_name("llama3-70b")
@@ -89,7 +89,7 @@ def test_megatron_embedding_and_loss_split():
     # without a split the layout takes Megatron's, and says so (Llama 3 405B's recipes run it)
     warned = check_layout(L405, cluster(128), ParallelConfig(**base))
     assert any("Megatron's split counting the embedding and the loss" in w and "split=1,2,...,2,1" in w for w in warned)
-    from calculators.memory import pipeline_stages
+    from calculators.memory.estimate import pipeline_stages
     assert [len(s) for s in pipeline_stages(L405, ParallelConfig(**base))] == list(megatron_split(126, 64))
     assert check_layout(L405, cluster(128), ParallelConfig(**base, split=megatron_split(126, 64))) == []
     # 128 stages for 126 layers: the first holds only the embedding, the last only the loss, as

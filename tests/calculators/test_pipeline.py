@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.pipeline import _peaks, closed_form_bubble, inflight_microbatches, simulate
-from calculators.schedules import SCHEDULE_NAMES, rank_order
+from calculators.pipeline.simulate import _peaks, closed_form_bubble, inflight_microbatches, simulate
+from calculators.pipeline.schedules import SCHEDULE_NAMES, rank_order
 
 schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -145,7 +145,7 @@ def test_inflight_closed_forms_equal_the_simulated_peaks():
 
 def test_order_arrays_are_rank_order_op_for_op():
     """The simulator's numpy-built orders (GPipe, 1F1B, ZB-H1 in closed form) are rank_order's."""
-    from calculators.schedules import KINDS, order_arrays
+    from calculators.pipeline.schedules import KINDS, order_arrays
     for schedule in SCHEDULE_NAMES:
         for p in range(1, 9):
             for m in range(1, 40):
@@ -166,8 +166,8 @@ def test_order_arrays_are_rank_order_op_for_op():
 def test_long_pipelines_are_extrapolated_exactly(schedule, p, v, rounds, extra, p2p, rng):
     """Past SIM_OPS the makespan is extrapolated from two shorter simulations: on random stage
     costs it is within 0.5% of the full simulation (the steady state settles and repeats)."""
-    from calculators import pipeline
-    from calculators.schedules import n_stages
+    from calculators.pipeline import simulate as pipeline
+    from calculators.pipeline.schedules import n_stages
     v = v if schedule == "interleaved" else 1
     m = p * rounds + (0 if schedule == "interleaved" else extra % p)
     S = n_stages(schedule, p, v)

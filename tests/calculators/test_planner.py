@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from calculators.errors import ConfigError
-from calculators.export import FORMATS, export
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.ilp import costs, solve
-from calculators.memory import estimate_memory, peak_memory, stage_layers
-from calculators.parallel import ParallelConfig, check_layout, megatron_split
-from calculators.planner import plan
-from calculators.split import balance_split
-from calculators.presets import model_from_name
-from calculators.profiles import default_profile
-from calculators.step import estimate_step
+from calculators.specs.errors import ConfigError
+from calculators.planning.export import FORMATS, export
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.planning.ilp import costs, solve
+from calculators.memory.estimate import estimate_memory, peak_memory, stage_layers
+from calculators.specs.parallel import ParallelConfig, check_layout, megatron_split
+from calculators.planning.planner import plan
+from calculators.planning.split import balance_split
+from calculators.specs.presets import model_from_name
+from calculators.time.profiles import default_profile
+from calculators.time.step import estimate_step
 
 H100 = gpu_from_name("H100-80GB")
 L405 = model_from_name("llama3-405b")
@@ -315,7 +315,7 @@ def test_the_simulation_floor_never_exceeds_the_simulated_step():
     """The planner skips simulating a finalist whose floor (its busiest rank's ops one after
     another, plus what follows the pipeline) is above every plan already shown; that is only
     right if the floor never exceeds the simulated step, on every schedule."""
-    from calculators.planner import _Search
+    from calculators.planning.planner import _Search
     cases = [("llama3-70b", 8, {}), ("qwen3-30b-a3b", 8, {}),
              ("llama3-8b", 2, {"tp": [1, 2], "schedule": ["zb", "dualpipe", "interleaved", "1f1b"]})]
     for name, nodes, constraints in cases:

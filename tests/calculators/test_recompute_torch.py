@@ -3,17 +3,17 @@
 - What a layer keeps for backward, with no recompute and under torchtitan's op-level selective
   activation checkpointing (its policy, rebuilt in reference_eager.py), equals the storages
   PyTorch keeps alive after the forward of a torchtitan block and of a Hugging Face block.
-- The element-wise bytes the eager stacks move (calculators/elementwise.py) equal the bytes of
+- The element-wise bytes the eager stacks move (calculators/time/elementwise.py) equal the bytes of
   every non-matmul op of those blocks' forward and backward, traced op by op.
 """
 import pytest
 
-from calculators.activations import layer_activations, saved_per_layer
-from calculators.elementwise import layer_bytes
-from calculators.flops import recomputed_flops_per_token
-from calculators.models import ModelSpec
-from calculators.parallel import ParallelConfig
-from calculators.recompute import order, policy, sac_saved, valid
+from calculators.memory.activations import layer_activations, saved_per_layer
+from calculators.time.elementwise import layer_bytes
+from calculators.time.flops import recomputed_flops_per_token
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.recompute import order, policy, sac_saved, valid
 from tests.calculators.reference_eager import HFBlock, TitanBlock, TitanBlockCuda, elementwise_bytes, kept_bytes
 
 SHAPES = [(256, 4, 2, 512, None, 2, 64), (512, 8, 8, 1024, None, 1, 128), (384, 6, 2, 1000, 96, 2, 96)]

@@ -5,16 +5,16 @@ from dataclasses import replace
 
 import pytest
 
-from calculators import flops as fl
-from calculators.compute import gemm_terms, gemm_time, layer_time
-from calculators.errors import ConfigError
-from calculators.frameworks import grad_bucket_bytes
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.parallel import ParallelConfig, check_layout
-from calculators.presets import model_from_name
-from calculators.profiles import default_profile, load_profile, profile_from_dict, save_profile
+from calculators.time import flops as fl
+from calculators.time.compute import gemm_terms, gemm_time, layer_time
+from calculators.specs.errors import ConfigError
+from calculators.specs.frameworks import grad_bucket_bytes
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.presets import model_from_name
+from calculators.time.profiles import default_profile, load_profile, profile_from_dict, save_profile
 from calculators.scenario import evaluate
-from calculators.step import closed_step_time, estimate_step, stage_costs
+from calculators.time.step import closed_step_time, estimate_step, stage_costs
 
 H100 = gpu_from_name("H100-80GB")
 PROF = default_profile("H100-80GB")
@@ -120,8 +120,8 @@ def test_profiles_load_from_files_and_report_bad_keys(tmp_path):
 def test_moe_dense_gradients_reduce_over_all_data_ranks():
     """Mixtral on 8 GPUs with ep=8: each expert lives on one GPU (no expert sync), but attention,
     norms, router and embeddings are replicated on all 8 and their gradients all-reduce over 8."""
-    from calculators.comm import Group, collective_time
-    from calculators.memory import kind_params
+    from calculators.time.comm import Group, collective_time
+    from calculators.memory.estimate import kind_params
     mix = model_from_name("mixtral-8x7b")
     par = ParallelConfig(dp=8, ep=8, zero=0, gbs=64, seq=4096)
     cluster = ClusterSpec(H100, nodes=1)
@@ -166,8 +166,8 @@ def test_gradient_buckets_and_zero1_gathers_pay_latency_each():
     tensor by tensor: on 256 GPUs every one of those collectives pays its latency (an all-gather
     across 32 nodes: 31 inter-node steps), so the sync costs more than one collective of the same
     bytes, and ZeRO-1's gathers cost at least one latency per tensor (146 for the 1.34B model)."""
-    from calculators.comm import collective_time, group
-    from calculators.memory import kind_params
+    from calculators.time.comm import collective_time, group
+    from calculators.memory.estimate import kind_params
     m = model_from_name("nanotron-1.34b")
     cluster = ClusterSpec(H100, nodes=32)
     z0, z1 = (ParallelConfig(dp=256, zero=z, mbs=1, gbs=256, seq=4096, framework="nanotron") for z in (0, 1))
@@ -184,7 +184,7 @@ def test_tp_overlap_hides_all_but_one_ring_step():
     tp ring steps: at most (tp-1)/tp of the TP traffic hides, and never more than the layer's
     GEMMs last; it needs sequence parallelism. Off, in a framework that overlaps nothing
     (torchtitan's DTensor TP), nothing hides (overlap["tp"] = 0)."""
-    from calculators.step import _tp_hidden
+    from calculators.time.step import _tp_hidden
     base = dict(tp=8, sp=True, mbs=2, gbs=64)
     off, on = _step(**base, framework="fsdp2"), _step(**base, tp_overlap=True)
     assert off.breakdown.get("tp_hidden", 0) == 0 and on.breakdown["tp_hidden"] > 0
@@ -207,9 +207,9 @@ def test_column_parallel_backward_gathers_again_and_hides_behind_its_gemms():
     which each column group hides min(collective, its GEMM); torchtitan's and DeepSpeed's TP wait
     on their 2 and 2. Inside a node the overlap wins time; across nodes the extra all-gathers
     cost more than their GEMMs can hide."""
-    from calculators.activations import tokens
-    from calculators.comm import collective_time, group
-    from calculators.step import _layer_comm
+    from calculators.memory.activations import tokens
+    from calculators.time.comm import collective_time, group
+    from calculators.time.step import _layer_comm
     for nodes, tp in ((1, 8), (2, 16)):
         cluster = ClusterSpec(H100, nodes=nodes)
         par = ParallelConfig(tp=tp, sp=True, mbs=2, gbs=64, seq=4096, dp=8 * nodes // tp)
@@ -233,14 +233,14 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
     """Megatron's training arguments default overlap_p2p_comm to true and switch it off for every
     schedule but the interleaved one: there the sends run beside compute, elsewhere (and in
     nanotron) the sender waits for them."""
-    from calculators.frameworks import p2p_overlapped
-    from calculators.step import stage_costs
+    from calculators.specs.frameworks import p2p_overlapped
+    from calculators.time.step import stage_costs
     assert p2p_overlapped("megatron", "interleaved") and not p2p_overlapped("megatron", "1f1b")
     assert not p2p_overlapped("nanotron", "interleaved")
     cluster = ClusterSpec(H100, nodes=2)
     par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, mbs=1, gbs=32, seq=4096, schedule="interleaved",
                          attention="fa2")                  # the same kernel (Megatron's default is cuDNN)
-    from calculators.frameworks import gemm_scale
+    from calculators.specs.frameworks import gemm_scale
     gpu_only = replace(PROF, host_ms_per_layer=0.0)      # nanotron's host differs too (host_scale)
     # and its GEMMs' rate in a step (gemm_scale): the same rate for both here
     nanotron_gpu = replace(gpu_only, gemm_fraction=gpu_only.gemm_fraction / gemm_scale("nanotron"))
@@ -254,9 +254,9 @@ def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes(
     time per layer (b = NANOTRON_CROSS_NODE_PP_HOST) when its pipeline crosses nodes with TP, and
     tp_nodes times when a TP group spans nodes (the two multiply); one node, no TP, or another
     framework: as profiled."""
-    from calculators.frameworks import NANOTRON_CROSS_NODE_PP_HOST as beta
-    from calculators.frameworks import host_scale
-    from calculators.step import stage_costs
+    from calculators.specs.frameworks import NANOTRON_CROSS_NODE_PP_HOST as beta
+    from calculators.specs.frameworks import host_scale
+    from calculators.time.step import stage_costs
     assert host_scale("nanotron", 4, 1, True) == pytest.approx(4 ** beta)
     assert host_scale("nanotron", 8, 2, True) == pytest.approx(8 ** beta * 2)    # TP 16 over 2 nodes
     assert 1 < host_scale("nanotron", 2, 1, True) < host_scale("nanotron", 4, 1, True) \
@@ -279,7 +279,7 @@ def test_nanotrons_host_floor_rises_only_where_its_pipeline_or_tp_crosses_nodes(
 def test_uneven_virtual_stages_cost_their_own_layers():
     """An uneven split of interleaved stages (Megatron's pipeline layout): every stage costs its
     own layers, not the mean of its rank's; stage i runs on rank i % p."""
-    from calculators.step import stage_costs
+    from calculators.time.step import stage_costs
     cluster = ClusterSpec(H100, nodes=2)
     split = (3, 4, 4, 4, 4, 4, 4, 5)
     par = ParallelConfig(dp=2, tp=2, pp=4, vpp=2, sp=True, gbs=32, seq=4096, schedule="interleaved", split=split)
@@ -335,16 +335,16 @@ def test_summing_micro_batch_gradients_and_the_loss_cost_their_memory_passes():
     AccumulateGrad from the second micro-batch on; frameworks.loss_bytes_per_logit: nanotron's
     unfused fp32 cross-entropy, 38 + 14 bytes per logit. Both land in the stage costs as memory-
     bound time at the profile's HBM rate."""
-    from calculators.compute import memory_time, output_layer_time
-    from calculators.frameworks import grad_accumulation_bytes, loss_bytes_per_logit
-    from calculators.memory import kind_params
+    from calculators.time.compute import memory_time, output_layer_time
+    from calculators.specs.frameworks import grad_accumulation_bytes, loss_bytes_per_logit
+    from calculators.memory.estimate import kind_params
     assert grad_accumulation_bytes("nanotron", 1, 1) == grad_accumulation_bytes("nanotron", 0, 8) == 10
     assert grad_accumulation_bytes("megatron", 1, 8) == 0
     assert grad_accumulation_bytes("fsdp2", 0, 1) == 6 and grad_accumulation_bytes("fsdp2", 0, 4) == 6 + 12 * 3 / 4
     assert grad_accumulation_bytes("fsdp2", 3, 4) == 6 and grad_accumulation_bytes("deepspeed", 1, 1) == 0
     assert loss_bytes_per_logit("nanotron") == ((38, 6), (14, 2))
 
-    from calculators.frameworks import gemm_scale
+    from calculators.specs.frameworks import gemm_scale
     gpu_only = replace(PROF, host_ms_per_layer=0.0)
     small, cluster = model_from_name("nanotron-1.34b"), ClusterSpec(H100, nodes=1)
     nano = ParallelConfig(dp=8, tp=1, mbs=1, gbs=64, seq=4096, framework="nanotron")
@@ -383,7 +383,7 @@ def test_megatron_syncs_each_interleaved_chunk_after_its_last_backward():
     """Megatron's interleaved schedule starts a model chunk's gradient sync when that chunk's last
     micro-batch backward ends (grad_sync_func per chunk), so all but the last chunk's sync hides
     behind the other chunks' cooldown backwards; elsewhere only behind the last micro-batch's."""
-    from calculators.frameworks import grad_sync_windows
+    from calculators.specs.frameworks import grad_sync_windows
     assert grad_sync_windows("megatron", "interleaved", 8, 4) == (1, 9, 17, 25)
     assert grad_sync_windows("megatron", "1f1b", 8, 1) == (1,) == grad_sync_windows("fsdp2", "interleaved", 8, 1)
     assert grad_sync_windows("nanotron", "interleaved", 8, 4) == (4,)

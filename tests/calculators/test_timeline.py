@@ -5,11 +5,11 @@ import weakref
 import pytest
 import torch
 
-from calculators.hardware import ClusterSpec, gpu_from_name
-from calculators.memory import estimate_memory
-from calculators.parallel import ParallelConfig
-from calculators.presets import model_from_name
-from calculators.timeline import step_timeline
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.memory.estimate import estimate_memory
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.presets import model_from_name
+from calculators.time.timeline import step_timeline
 
 ROLES = ("gradients", "Adam moments", "activations")
 

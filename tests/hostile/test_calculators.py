@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calculators import __main__ as cli
-from calculators import limits
-from calculators.errors import ConfigError
-from calculators.hf_config import from_hf_config
+from calculators.specs import limits
+from calculators.specs.errors import ConfigError
+from calculators.specs.hf_config import from_hf_config
 from calculators.scenario import answer, evaluate_line, plan_answer
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -248,8 +248,8 @@ def test_any_plan_request_is_answered_or_refused_within_its_budget(fields, const
 
 
 def test_readme_states_every_limit():
-    from calculators.pipeline import SIM_OPS
-    from calculators.validate import _fmt
+    from calculators.pipeline.simulate import SIM_OPS
+    from calculators.specs.validate import _fmt
     from playbook.url import MAX_VALUE
     from playbook.values import MAX_CONFIG_CHARS
     from playbook.widgets import WIDGET_BUDGET_S

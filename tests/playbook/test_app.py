@@ -183,10 +183,10 @@ def test_every_part_of_a_step_has_its_colour_everywhere():
     """One visual language: each kind of time (compute, each kind of communication exposed or
     hidden, bubble, optimizer, host) has one colour in every chart of a step's parts, as each
     memory role has in every memory chart."""
-    from calculators.hardware import ClusterSpec, gpu_from_name
-    from calculators.parallel import ParallelConfig
-    from calculators.presets import model_from_name
-    from calculators.step import estimate_step
+    from calculators.specs.hardware import ClusterSpec, gpu_from_name
+    from calculators.specs.parallel import ParallelConfig
+    from calculators.specs.presets import model_from_name
+    from calculators.time.step import estimate_step
     from playbook.plots import ROLE_COLOR, TIME_COLOR, breakdown_bar, time_color
     moe = model_from_name("mixtral-8x7b")
     par = ParallelConfig(dp=2, tp=2, pp=2, cp=2, ep=2, mbs=1, gbs=16, seq=8192, sp=True, recompute="selective")

@@ -4,7 +4,7 @@ import multiprocessing
 
 import pytest
 
-from calculators.memory import estimate_memory
+from calculators.memory.estimate import estimate_memory
 from playbook import book, numbers
 from playbook.values import scenario_from
 
@@ -63,7 +63,7 @@ def test_directives_fail_loudly_and_code_blocks_stay_text():
 
 
 def test_dispatch_copies_in_chapter_7_are_the_calculators():
-    from calculators.comm import experts_hit
+    from calculators.time.comm import experts_hit
     hits = experts_hit(128, 8, 4)
     assert numbers.hit("128", "8", "4") == f"{hits:.2f}"
     assert numbers.hit("128", "8", "4", field="deepep") == f"{hits * 3 / 4:.1f}" == "2.7"

@@ -57,9 +57,9 @@ def test_activation_bytes_per_layer_are_what_a_gpu_kept():
     import json
     from pathlib import Path
 
-    from calculators.activations import layer_activations
-    from calculators.parallel import ParallelConfig
-    from calculators.presets import model_from_name
+    from calculators.memory.activations import layer_activations
+    from calculators.specs.parallel import ParallelConfig
+    from calculators.specs.presets import model_from_name
     cases = {"bf16 weights (fsdp2 MP)": (3, False, 2), "fp32 weights + autocast": (0, False, 4),
              "bf16 weights, compiled": (3, True, 0), "fp32 + autocast, compiled": (0, True, 0)}
     files = sorted(Path(bundle.HARNESS_DATA).glob("saved_bytes_*.json"))

@@ -1,0 +1,222 @@
+"""Activation bytes one transformer layer keeps for backward, per micro-batch, on one GPU.
+
+Counted tensor by tensor for a Llama-style block as autograd saves it (checked against PyTorch
+itself: tests/calculators/test_activations_torch.py records every saved tensor with
+FakeTensorMode and saved-tensor hooks). Conventions:
+- bf16 activations (2 bytes); fp32 norm statistics and attention log-sum-exp; no dropout
+  (modern LLM pre-training uses none).
+- Tokens on one GPU per micro-batch: T = mbs * seq / cp. Tensors between the TP regions (norm
+  inputs and outputs) hold T/tp tokens with sequence parallelism, T without. With SP the input of
+  a column-parallel linear is saved sharded and all-gathered again in backward (Megatron, nanotron).
+- flash attention stores q, k, v, the output and the log-sum-exp; without it the bf16 softmax
+  probabilities (mbs * heads/tp * S^2) are stored too (fused scale-mask-softmax, as Megatron).
+- recompute policies (calculators/specs/recompute.py): core_attn (Megatron's "selective") recomputes the
+  attention core (QK^T, softmax, .V), so it frees the score matrix and nothing more once flash
+  attention is on; op_sac (torchtitan's "selective") keeps the layer's input, every other
+  matmul's output, the attention output and its log-sum-exp (`sac_bytes`); "full" keeps only each
+  layer's input; layer:N recomputes every N-th layer in full. The layer being recomputed adds
+  what it re-materialises (`recomputed_extra`, see memory.py).
+- SwiGLU saves gate, up, silu(gate) and their product (4 x T*f/tp) in PyTorch's unfused form;
+  Megatron's fused bias-SwiGLU saves 3 (the gate/up output and the product); under torch.compile
+  (parallel.compile, fsdp2 and deepspeed) 3 (gate, up and the product, the down projection's
+  input), each norm keeps its input and rstd, not its output, and the attention output is kept
+  twice (the kernel's, and the output projection's input as a buffer of its own).
+- fsdp2 at ZeRO 0/1 runs autocast over fp32 weights (`autocast_over_fp32`): bf16 weight casts,
+  fp32 norm inputs and per-linear input casts are kept too.
+- MoE (dropless, token choice, permute -> expert GEMMs -> weighted combine): fp32 router
+  probabilities (T*E), int64 top-k indices, the K*T dispatched tokens, expert MLP intermediates
+  for K*T tokens, and the K*T expert outputs kept for the weighted combine.
+- MLA is approximated: attention with q/k head dim (nope + rope) and v head dim, plus the
+  compressed latents c_q and c_kv (with their norms) saved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..specs.frameworks import loss_activation_bytes, loss_kernel
+from ..specs.models import ModelSpec
+from ..specs.parallel import ParallelConfig
+from ..specs.recompute import policy, sac_saved
+
+BF16 = 2
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes per micro-batch for one layer, by part."""
+    attention: float
+    scores: float                # s x s softmax probabilities (only without flash attention)
+    mlp: float
+    layer_input: float           # what full recompute keeps
+
+    @property
+    def total(self) -> float:
+        return self.attention + self.scores + self.mlp
+
+
+def tokens(par: ParallelConfig) -> float:
+    """T: tokens of one micro-batch on one GPU (context parallel splits the sequence)."""
+    return par.mbs * par.seq / par.cp
+
+
+def _norm_kept(framework: str, compiled: bool) -> int:
+    """Bytes per element an RMSNorm keeps for backward besides its fp32 rstd, counting the output
+    the linear after it saves:
+    - fused (Megatron/TE, nanotron, and torchtitan's nn.RMSNorm on CUDA, where PyTorch runs its
+      fused kernel, FusedRmsNormBackward0): its bf16 input and output, 4. Measured on an H100
+      with PyTorch 2.11 (validation/data/h100_harness/saved_bytes_*.json); on a CPU nn.RMSNorm is
+      still composite and keeps 10 (the fp32 upcast, the fp32 normalised value, the bf16 output);
+    - eager Hugging Face (LlamaRMSNorm, its own Python): the fp32 upcast, the bf16 normalised value
+      and the weighted bf16 output, 8;
+    - under torch.compile: the input only (the output is recomputed), 2."""
+    if compiled:
+        return BF16
+    return {"deepspeed": FP32 + 2 * BF16}.get(framework, 2 * BF16)
+
+
+def autocast_over_fp32(par: ParallelConfig) -> bool:
+    """torchtitan without FSDP (fsdp2 at ZeRO 0/1: DDP, or one GPU) trains fp32 weights under
+    torch.autocast. Autocast casts each weight to bf16 in every forward and autograd keeps the cast
+    until the backward (2 bytes per parameter per micro-batch in flight); the residual stream is
+    fp32 (the embedding's output), so each norm keeps an fp32 input, and eagerly each linear casts
+    its fp32 input to bf16 on its own and keeps that copy (q, k and v: three). Under torch.compile
+    Inductor fuses the casts and keeps what a bf16 model keeps, plus the weight casts. Measured
+    tensor by tensor on an H100 (validation/data/h100_harness/saved_bytes_*.json)."""
+    return par.framework == "fsdp2" and par.zero <= 1
+
+
+def _weight_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
+    """(attention's, the MLP's) bf16 weight copies autocast keeps for one micro-batch of one layer."""
+    att = mlp = 0.0
+    for mm in model.layer_matmuls(moe_layer):
+        n = mm.fan_in * mm.fan_out * mm.stored
+        n /= par.ep * par.etp if mm.expert else par.tp if mm.tp in ("col", "row") else 1
+        if mm.name in ATTENTION_MATMULS:
+            att += BF16 * n
+        else:
+            mlp += BF16 * n
+    return att, mlp
+
+
+ATTENTION_MATMULS = ("q", "k", "v", "o", "q_a", "q_b", "kv_a", "kv_b")
+
+
+def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
+    t = par.tp
+    T = tokens(par)
+    T_sp = T / t if par.sp else T                      # tokens in the norm regions
+    h = model.hidden
+    # torch.compile's min-cut partitioner recomputes cheap pointwise work in backward rather than
+    # save it (torch._functorch.partitioners; reductions such as the norm's rstd stay saved): the
+    # norm's output from its input and rstd, silu(gate) and its product with up from gate and up
+    compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
+    norm_region = T_sp * (_norm_kept(par.framework, compiled) * h + FP32)    # per norm: what it keeps, its rstd
+    autocast = autocast_over_fp32(par)
+    att_norm = mlp_norm = norm_region
+    if autocast and not compiled:       # an fp32 input, and one bf16 copy of the output per linear reading it
+        att_norm = T_sp * (FP32 * h + FP32) + BF16 * T * h * (1 if model.mla else 3)
+        if not moe_layer:
+            mlp_norm = T_sp * (FP32 * h + FP32) + BF16 * T * h * (2 if model.mlp == "swiglu" else 1)
+        else:                           # an MoE layer's dispatch under autocast was not measured: the
+            mlp_norm = T_sp * ((2 * FP32 + BF16) * h + FP32)    # composite count this layout had before
+    qkv_width = model.q_dim + (model.q_dim if model.mla else 2 * model.kv_dim)
+    v_width = model.attn_out_dim if model.mla else 0      # MLA: v has its own head dim
+    attention = (att_norm
+                 + BF16 * T * (qkv_width + v_width) / t   # q, k, v after RoPE (flash inputs)
+                 # attention output = o_proj input (compiled: o_proj's input is a buffer of its own)
+                 + BF16 * T * model.attn_out_dim / t * (2 if compiled else 1)
+                 + (FP32 * T * model.heads / t if par.flash else 0.0))  # log-sum-exp per head
+    if model.mla:
+        x = model.mla
+        attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
+    scores = 0.0
+    if not par.flash and policy(par.framework, par.recompute) == ("none", 1):
+        scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
+        # the unfused core keeps k and v repeated to all heads for the batched matmuls
+        attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
+    # SwiGLU keeps gate, up, silu(gate) and the product eagerly; Megatron's fused bias-SwiGLU and
+    # torch.compile drop silu(gate) (the product stays: it is the down projection's input)
+    per_ffn = (3 if compiled or par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+    mlp = mlp_norm                                    # norm output = input of the MLP / router
+    if not moe_layer:
+        mlp += BF16 * per_ffn * T * model.ffn / t
+    else:
+        e = model.moe
+        Tr = T_sp                                     # tokens routed by this GPU
+        routed = e.top_k * Tr
+        mlp += FP32 * Tr * e.experts + 8 * Tr * e.top_k        # router probabilities, top-k indices
+        mlp += BF16 * routed * h * 2                           # dispatched inputs, outputs for combine
+        mlp += BF16 * per_ffn * routed * e.expert_ffn / par.etp
+        if e.shared_experts:
+            mlp += BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+    layer_input = (FP32 if autocast else BF16) * T_sp * h
+    if autocast:
+        casts = _weight_casts(model, par, moe_layer)
+        attention, mlp = attention + casts[0], mlp + casts[1]
+    return LayerActivations(attention=attention, scores=scores, mlp=mlp, layer_input=layer_input)
+
+
+def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """What op_sac keeps of one layer per micro-batch: the checkpoint's input, the outputs of the
+    matmuls it saves (recompute.sac_saved: a column-parallel one's T x fan_out/tp shard, a
+    row-parallel one's T x h before its reduction), with sequence parallelism the reduce-scatters'
+    outputs (saved collectives), the attention output and log-sum-exp, and in MoE layers the top-k
+    routing and, with expert parallelism, the all-to-alls' outputs."""
+    t = par.tp
+    T = tokens(par)
+    T_sp = T / t if par.sp else T
+    layer_input = (FP32 if autocast_over_fp32(par) else BF16) * T_sp * model.hidden    # fp32 under autocast
+    kept = layer_input + BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
+    mms = model.layer_matmuls(moe_layer)
+    for mm, saved in zip(mms, sac_saved(mms)):
+        if saved:
+            kept += BF16 * T * mm.used * (mm.fan_out / t if mm.tp == "col" else mm.fan_out)
+        if mm.tp == "row" and t > 1 and par.sp:
+            kept += BF16 * T_sp * model.hidden
+    if moe_layer and model.moe:
+        k = model.moe.top_k
+        kept += T_sp * k * (FP32 + 8)
+        if par.ep > 1:
+            kept += 2 * BF16 * T_sp * k * model.hidden
+    return kept
+
+
+def _kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool, kind: str) -> float:
+    act = layer_activations(model, par, moe_layer)
+    return {"full": act.layer_input, "op_sac": sac_bytes(model, par, moe_layer)}.get(kind, act.total)
+
+
+def saved_per_layer(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """Bytes one layer keeps per in-flight micro-batch under the layout's recompute policy (with
+    layer:N, the mean over N layers: one recomputed in full, N - 1 keeping everything)."""
+    kind, every = policy(par.framework, par.recompute)
+    if every == 1:
+        return _kept(model, par, moe_layer, kind)
+    everything = layer_activations(model, replace(par, recompute="none", recompute_ranks=()), moe_layer).total
+    return everything + (_kept(model, par, moe_layer, kind) - everything) / every
+
+
+def recomputed_extra(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
+    """Bytes a recomputed layer re-materialises while its backward runs, beyond what it kept: the
+    working set that recompute adds on top of one layer's gradients (0 without recompute)."""
+    kind, _ = policy(par.framework, par.recompute)
+    if kind in ("none", "core_attn"):
+        return 0.0
+    return layer_activations(model, par, moe_layer).total - _kept(model, par, moe_layer, kind)
+
+
+def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
+    """Last stage, per micro-batch: (bytes kept until backward, transient bytes at the peak).
+
+    Kept: the final norm's input, rstd and output, and what the loss keeps of the T x V/tp logit
+    shard; transient: what sits beside it at the peak. Per logit by the loss's kernel
+    (frameworks.loss_kernel, loss_activation_bytes): eager PyTorch 4 kept + 6 transient, compiled
+    2 + 2, Megatron's fused loss 4 + 2, nanotron's 4 + 10.
+    """
+    T = tokens(par)
+    T_sp = T / par.tp if par.sp else T
+    logits = T * model.vocab / par.tp
+    kept_per_logit, transient = loss_activation_bytes(loss_kernel(par))
+    kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + kept_per_logit * logits
+    return kept, transient * logits

@@ -1,0 +1,186 @@
+"""A layout as the frameworks spell it: our benchmark harness's command, Megatron-LM arguments,
+a torchtitan TOML fragment and a DeepSpeed config. Each export returns (text, notes): the notes
+say what the framework cannot express exactly, so nothing is silently dropped.
+
+Names follow each framework's documentation: Megatron-LM `megatron/training/arguments.py` (with
+`--pipeline-model-parallel-layout` for uneven splits, "E" the embedding, "t" a layer, "L" the
+loss); torchtitan's `[parallelism]`, `[activation_checkpoint]` and `[training]` sections;
+DeepSpeed's JSON config (`train_batch_size`, `zero_optimization.stage`, ...).
+"""
+from __future__ import annotations
+
+import json
+
+from ..specs.hardware import ClusterSpec
+from .explain import runs_text as split_text
+from ..memory.estimate import pipeline_stages
+from ..specs.models import ModelSpec
+from ..specs.errors import ConfigError
+from ..specs.parallel import ParallelConfig, megatron_split
+
+FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                        "zb": "InterleavedZeroBubble", "dualpipe": "DualPipeV"}
+
+
+def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+           model_ref: str = "") -> tuple[str, list[str]]:
+    """`model_ref`: how the harness names the model (a preset id or a config.json path)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {FORMATS}")
+    text, notes = {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
+                   "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
+    if len(set(par.recompute_ranks)) > 1 and fmt != "harness":
+        notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
+                     f"exported with the most, {par.recompute!r}, on every rank, which recomputes more than "
+                     f"planned (a slower step, same fit)")
+    return text, notes
+
+
+def _harness(model, cluster, par, model_ref):
+    ref = model_ref or model.name
+    args = [f"torchrun --nnodes {cluster.nodes} --nproc-per-node {cluster.gpus_per_node}"
+            + (" --rdzv-backend c10d --rdzv-endpoint $HEAD_NODE:29500" if cluster.nodes > 1 else ""),
+            "-m benchmarks train", f"--model {ref}"]
+    for key in ("tp", "cp", "ep", "pp", "vpp", "zero", "mbs", "gbs", "seq"):
+        args.append(f"--{key} {getattr(par, key)}")
+    args += [f"--recompute {par.recompute}", f"--schedule {par.schedule}", f"--precision {par.precision}"]
+    if par.split:
+        args.append("--split " + ",".join(map(str, par.split)))
+    if len(set(par.recompute_ranks)) > 1:
+        args.append("--recompute-ranks " + ",".join(par.recompute_ranks))
+    notes = ["the harness does not pipeline TP's collectives with their GEMMs: expect the step without tp_overlap"] \
+        if par.tp_overlap else []
+    return " \\\n    ".join(args), notes + _alltoall_only(par, "the harness")
+
+
+def _alltoall_only(par, who: str) -> list[str]:
+    return [f"{who} dispatches MoE tokens with an all-to-all, not DeepEP: expect the step with dispatcher "
+            "alltoall (more inter-node traffic)"] if par.ep > 1 and par.dispatcher == "deepep" else []
+
+
+def _megatron(model, cluster, par, _ref):
+    notes = []
+    a = [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}",
+         f"--context-parallel-size {par.cp}", f"--micro-batch-size {par.mbs}",
+         f"--global-batch-size {par.gbs}", f"--seq-length {par.seq}", "--bf16"]
+    if par.sp:
+        a.append("--sequence-parallel")
+    if par.tp_overlap:
+        a.append("--tp-comm-overlap")
+    if par.ep > 1:
+        a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
+        a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] \
+            if par.dispatcher == "deepep" else ["--moe-token-dispatcher-type alltoall"]
+    stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
+    if par.split and _is_megatron_split(model, par.split):
+        a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+        if par.schedule == "interleaved":
+            a.append(f"--num-layers-per-virtual-pipeline-stage {par.split[1]}")
+    elif par.split:
+        layout = "|".join(("E" if st == 0 else "") + f"t*{n}" + (",L" if st == stages - 1 else "")
+                          for st, n in enumerate(par.split))
+        a.append(f'--pipeline-model-parallel-layout "{layout}"')
+    elif par.schedule == "interleaved":
+        a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}")
+    if par.zero == 1:
+        a.append("--use-distributed-optimizer")
+    elif par.zero >= 2:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
+              + ("optim_grads" if par.zero == 2 else "optim_grads_params")]
+    if par.recompute == "selective":
+        a.append("--recompute-granularity selective")
+    elif par.recompute == "full":
+        a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if par.precision == "fp8":
+        a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
+    if par.schedule in ("zb", "dualpipe"):
+        notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
+                     "adds zero-bubble / DualPipe scheduling)")
+    if par.schedule == "gpipe":
+        notes.append("Megatron-LM runs 1F1B, not GPipe; 1F1B has the same bubble with less memory")
+    return " \\\n    ".join(a), notes
+
+
+def _is_megatron_split(model, split) -> bool:
+    try:
+        return len(split) > 2 and tuple(split) == megatron_split(model.layers, len(split))
+    except ConfigError:
+        return False
+
+
+def _torchtitan_stages(model, par, notes) -> list:
+    """torchtitan's stage sizing: ceil((layers + first_stage_less_layers + last_stage_less_layers)
+    / layers_per_stage) stages (torchtitan/distributed/pipeline_parallel.py), the two "less
+    layers" 1 by default, i.e. Megatron's embedding-and-loss split; 0 for an even split."""
+    sizes = [len(s) for s in pipeline_stages(model, par)]
+    if _is_megatron_split(model, sizes):
+        return [f"pipeline_parallel_layers_per_stage = {(model.layers + 2) // len(sizes)}"]
+    if len(set(sizes)) == 1:
+        return [f"pipeline_parallel_layers_per_stage = {sizes[0]}", "pipeline_parallel_first_stage_less_layers = 0",
+                "pipeline_parallel_last_stage_less_layers = 0"]
+    notes.append(f"torchtitan sizes stages evenly; for the uneven split {split_text(sizes)} pass each stage's "
+                 "module FQNs in module_fqns_per_model_part")
+    return []
+
+
+def _torchtitan(model, cluster, par, _ref):
+    notes = []
+    replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
+    if par.zero in (1, 2):
+        notes.append(f"torchtitan shards with FSDP2 (ZeRO-3); ZeRO-{par.zero} maps to fully_shard with "
+                     "reshard_after_forward=False, which keeps the gathered weights through backward")
+    pipe = [f"pipeline_parallel_degree = {par.pp}"]
+    if par.pp > 1:
+        pipe += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[par.schedule]}"',
+                 f"pipeline_parallel_microbatch_size = {par.mbs}"]
+        if par.split or par.vpp > 1:
+            pipe += _torchtitan_stages(model, par, notes)
+    lines = ["[parallelism]", f"data_parallel_replicate_degree = {replicate}",
+             f"data_parallel_shard_degree = {shard}", f"tensor_parallel_degree = {par.tp}",
+             f"context_parallel_degree = {par.cp}", *pipe]
+    if par.tp_overlap:
+        lines.append("enable_async_tensor_parallel = true")
+        notes.append("async TP (TP comm pipelined with its GEMMs) needs torch.compile: [compile] enable = true, "
+                     'components = ["model"]')
+    if par.ep > 1:
+        lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
+        notes += _alltoall_only(par, "torchtitan")
+    lines += ["", "[activation_checkpoint]", f'mode = "{par.recompute}"', "", "[training]",
+              f"local_batch_size = {par.gbs // par.dp}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
+    if par.precision == "fp8":
+        lines += ["", "[model]", 'converters = ["float8"]']
+    if par.tp > 1 and not par.sp:
+        notes.append("torchtitan always uses sequence parallelism with TP")
+    return "\n".join(lines), notes
+
+
+def _deepspeed(model, cluster, par, _ref):
+    notes = []
+    cfg = {"train_batch_size": par.gbs, "train_micro_batch_size_per_gpu": par.mbs,
+           "gradient_accumulation_steps": par.microbatches, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": min(par.zero, 3), "overlap_comm": True, "contiguous_gradients": True}}
+    if par.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": par.tp}
+    if par.recompute != "none":
+        cfg["activation_checkpointing"] = {"partition_activations": par.tp > 1, "contiguous_memory_optimization": True}
+        if par.recompute == "selective":
+            notes.append("DeepSpeed checkpoints whole layers; selective recompute needs the model to "
+                         "checkpoint only its attention core (Megatron-DeepSpeed: --recompute-granularity selective)")
+    if par.tp_overlap:
+        notes.append("DeepSpeed does not pipeline TP's collectives with its GEMMs: expect the step without tp_overlap")
+    if par.pp > 1:
+        notes.append(f"pipeline parallelism: build the model as deepspeed.pipe.PipelineModule(num_stages={par.pp}"
+                     + (f", partition_method='parameters') and set per-stage layers {split_text(par.split)}"
+                        if par.split else ")") + "; DeepSpeed's pipeline engine runs 1F1B")
+        if par.zero >= 2:
+            notes.append("DeepSpeed does not combine ZeRO-2/3 with its pipeline engine")
+    if par.cp > 1:
+        notes.append(f"context parallel {par.cp}: DeepSpeed offers Ulysses sequence parallelism "
+                     "(sequence_parallel_size), a different algorithm from ring attention")
+    if par.ep > 1:
+        notes.append(f"expert parallel {par.ep}: set ep_size={par.ep} on deepspeed.moe.layer.MoE")
+        notes += _alltoall_only(par, "DeepSpeed's MoE layer")
+    if par.precision == "fp8":
+        notes.append("FP8 in DeepSpeed goes through Transformer Engine layers in the model")
+    return json.dumps(cfg, indent=2), notes

@@ -1,0 +1,367 @@
+"""The layout planner: the fastest layouts that fit, for a model, a cluster and a batch.
+
+Alpa's two levels, specialised to transformers:
+- inter-operator: how many pipeline stages, and which layers each holds. Layers are split by
+  dynamic programming (`balance_split`): the pipeline's step is the sum of the stage times plus
+  (m-1) times the slowest, under each stage's memory, so the first stage (which holds the most
+  in-flight micro-batches) and the last (output layer and loss) can take fewer layers.
+- intra-operator: a transformer layer has a handful of good shardings, so they are enumerated
+  rather than solved for: TP (with SP) inside a node, CP and EP inside when they fit, DP and PP
+  across (the rank grid of comm.py), ZeRO stage, micro-batch, recompute and schedule.
+  `ilp.py` shows the integer program Alpa solves for this level on one layer.
+
+Search (`plan`): every valid (tp, cp, ep, pp, dp) is first checked at its most frugal setting
+(highest allowed ZeRO stage, most recompute, smallest micro-batch, 1F1B; with one data-parallel
+replica ZeRO shards nothing, so only the lowest stage allowed is tried); one that does not fit
+there is dropped with its reason. For the rest, every (schedule, vpp, mbs, ZeRO) takes the least
+recompute that fits (less recompute is never slower), falling back on an uneven layer split before
+recomputing more; each candidate is scored with the closed-form pipeline time
+(`step.pipeline_time`), and the best are rebalanced by the DP and timed by the simulator.
+GPipe is left out unless asked for: 1F1B has its bubble with less memory.
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import replace
+
+from ..specs import limits
+from ..specs.errors import ConfigError
+from ..specs.validate import check_fields
+from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
+from ..specs.frameworks import MAX_ZERO_WITH_PP
+from ..specs.hardware import ClusterSpec
+from ..memory.estimate import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
+from ..specs.models import ModelSpec
+from ..specs.parallel import RECOMPUTE, ParallelConfig, derive, virtual_split
+from ..time.profiles import HardwareProfile, default_profile
+from .space import space, structures
+from .split import balance_split
+from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
+
+__all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
+
+FINALISTS = 12                   # closed-form leaders that are rebalanced and simulated
+PRUNE = 1.15                     # skip a structure whose optimistic time is this far behind
+
+
+def _oom_reason(mem) -> str:
+    usable = USABLE_FRACTION * mem.capacity_gib
+    return (f"out of memory: stage {mem.stage} needs {mem.total_gib:.1f} GiB, "
+            f"{mem.total_gib - usable:.1f} GiB over the usable {usable:.1f} GiB")
+
+
+# --------------------------------------------------------------------------- the search
+class _Search:
+    def __init__(self, model, cluster, profile, seq, gbs, constraints):
+        self.model, self.cluster, self.profile, self.seq, self.gbs = model, cluster, profile, seq, gbs
+        self.constraints = constraints
+        self.space = space(model, cluster, seq, constraints)
+        self.framework = constraints.get("framework", "megatron")
+        self.uneven = bool(constraints.get("uneven_split", True))
+        self.scored: list[tuple[float, ParallelConfig]] = []
+        self.times: dict[ParallelConfig, float] = {}
+        self.memories: dict = {}            # par -> PeakMemory or the ConfigError it raised
+        self.costs: dict = {}               # par at ZeRO-0 -> its StageCosts, shared by its ZeRO stages
+        self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
+        self.led: set = set()               # the layouts that fit and were scored
+        self.rejected: list[Rejected] = []
+        self.count = 0
+
+    def memory(self, par):
+        if par not in self.memories:
+            try:
+                self.memories[par] = peak_memory(self.model, self.cluster, par)
+            except ConfigError as exc:
+                self.memories[par] = exc
+        return self.memories[par]
+
+    def score(self, par, fits: bool = True) -> float:
+        """`par`'s closed-form time; one that fits joins the leaders (once, however often asked,
+        and also when its time was first asked for as a bound)."""
+        if par not in self.times:
+            limits.check_time()          # the request's time budget (limits.time_budget), when it has one
+            self.count += 1
+            self.times[par] = self.closed_time(par)
+        t = self.times[par]
+        if fits and par not in self.led:
+            self.led.add(par)
+            bisect.insort(self.leaders, t)
+            del self.leaders[FINALISTS:]
+        return t
+
+    def stage_costs(self, par):
+        """stage_costs, shared by a layout's ZeRO stages (ZeRO does not change them)."""
+        key = derive(par, zero=0) if par.zero else par
+        if key not in self.costs:
+            self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
+        return self.costs[key]
+
+    def closed_time(self, par) -> float:
+        """estimate_step's closed-form time."""
+        return closed_step_time(self.model, self.cluster, par, self.profile, self.stage_costs(par))
+
+    def floor(self, par) -> float:
+        """A lower bound of the simulated step: every op of the busiest rank, one after another
+        (m times its work per micro-batch), plus what follows the pipeline."""
+        costs = self.stage_costs(par)
+        busy = rank_busy(par.schedule, par.pp, par.vpp if par.schedule == "interleaved" else 1, costs)
+        return par.microbatches * max(busy) + pipeline_tail(self.model, self.cluster, par, self.profile, costs)[0]
+
+    def optimistic(self, base) -> float:
+        """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
+        stage, the schedule with the smallest bubble, the smallest and the largest micro-batch."""
+        sp = self.space
+        schedule = next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule) if base.pp > 1 \
+            else base.schedule
+        times = []
+        for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
+            try:
+                par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs, schedule=schedule)
+                times.append(self.score(par, fits=False))
+            except (ConfigError, ValueError):
+                continue
+        return min(times, default=0.0)
+
+    def worth_rebalancing(self, par) -> bool:
+        """An uneven split moves layers, it does not remove work: a layout whose even split is
+        already well behind the leaders will not catch up (the DP costs a few ms)."""
+        if len(self.leaders) < FINALISTS:
+            return True
+        return self.score(par, fits=False) <= 1.1 * self.leaders[-1]   # even: it may not fit
+
+    def frugal(self):
+        """Each (tp, cp, pp, dp, ep) at its most frugal setting, if that fits: its other knobs
+        can only add memory."""
+        sp = self.space
+        for sizes, invalid in structures(self.model, self.cluster, sp, self.gbs):
+            try:
+                tp = sizes["tp"] > 1
+                vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
+                zero = self.zero_stages(sizes["dp"], sizes["cp"], sizes["pp"])[0]
+                base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
+                                      dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
+                                      gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
+                                      recompute=sp["recompute"][-1], precision=sp["precision"][0],
+                                      schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
+                                      framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
+            except ConfigError as exc:
+                self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
+                continue
+            if invalid:
+                self.rejected.append(Rejected(base, invalid))
+                continue
+            mem = self.memory(base)
+            if isinstance(mem, ConfigError):
+                self.rejected.append(Rejected(base, str(mem)))
+            elif not mem.fits and not (self.uneven and self._balanced(base, mem)):
+                self.rejected.append(Rejected(base, "even at its most frugal setting, " + _oom_reason(mem),
+                                              kind="frugal_oom"))
+            else:
+                yield base
+
+    def run(self):
+        """Best first: structures in order of their optimistic time; one that is already over
+        PRUNE x the leaders' time is not expanded (its knobs can only slow it down further)."""
+        bases = sorted(((self.optimistic(b), i, b) for i, b in enumerate(self.frugal())), key=lambda x: x[:2])
+        for t, _, base in bases:
+            if len(self.leaders) >= FINALISTS and t > PRUNE * self.leaders[-1]:
+                self.rejected.append(Rejected(base, f"slower: at best {t:.3g} s per step, more than "
+                                                    f"{PRUNE - 1:.0%} behind the leaders", t, "slower"))
+                continue
+            self._expand(base)
+
+    def first_fit(self):
+        return next(self.frugal(), None)
+
+    def zero_stages(self, dp: int, cp: int, pp: int) -> list:
+        """The ZeRO stages to try, most frugal first (those the framework runs with a pipeline).
+        With one data-parallel replica (dp x cp = 1) ZeRO shards nothing: it saves no memory
+        (nanotron's ZeRO-1 even adds a gather buffer), so only the lowest stage allowed is
+        tried, not a duplicate plan per stage."""
+        cap = MAX_ZERO_WITH_PP.get(self.framework, 3) if pp > 1 else 3
+        stages = sorted((z for z in self.space["zero"] if z <= cap), reverse=True) or [min(self.space["zero"])]
+        return stages if dp * cp > 1 else stages[-1:]
+
+    def _expand(self, base):
+        """Every schedule, ZeRO stage and micro-batch with the least recompute that fits. Memory
+        only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
+        and a ZeRO stage where nothing fits ends the ZeRO loop."""
+        sp = self.space
+        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]   # one stage: no schedule
+        for precision in sp["precision"]:
+            for schedule in schedules:
+                for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
+                    for zero in self.zero_stages(base.dp, base.cp, base.pp):
+                        fitted = False
+                        for mbs in sorted(sp["mbs"]):
+                            if self.gbs % (base.dp * mbs):
+                                continue
+                            par = derive(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
+                                         split=self.virtual_split(base.pp, vpp))
+                            if not self._least_recompute(par):
+                                break
+                            fitted = True
+                        if not fitted:
+                            break
+
+    def virtual_split(self, p: int, v: int) -> tuple:
+        return virtual_split(self.model.layers, p, v, self.framework)
+
+    def _least_recompute(self, par) -> bool:
+        """Score `par` with the least recompute that fits; False when even the most does not.
+        When that needs recompute on a pipeline, also score recompute per rank."""
+        levels = self.space["recompute"]
+        frugal = self._fitting(par if par.recompute == levels[-1] else derive(par, recompute=levels[-1]))
+        if frugal is None:
+            return False
+        best = next((c for c in (self._fitting(derive(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
+        self.scored.append((self.score(best), best))
+        worth = par.pp > 1 and best.recompute != levels[0] and self.worth_rebalancing(best)
+        mixed = self._per_rank(par) if worth else None
+        if mixed is not None:
+            self.scored.append((self.score(mixed), mixed))
+        return True
+
+    def _per_rank(self, par):
+        """Each pipeline rank with the least recompute that fits it (1F1B's first ranks hold more
+        micro-batches in flight than its last), then the layers rebalanced: a rank that
+        recomputes is slower per layer, so the split gives it fewer. None when one mode fits all."""
+        levels = self.space["recompute"]
+        mems = {lv: self.memory(derive(par, recompute=lv)) for lv in levels}      # computed by _fitting
+        if any(isinstance(m, ConfigError) for m in mems.values()):
+            return None
+        totals = {lv: m.totals for lv, m in mems.items()}
+        usable = USABLE_FRACTION * self.cluster.gpu.memory_gib
+        modes = [next((lv for lv in levels if totals[lv][r] <= usable), None) for r in range(par.pp)]
+        if None in modes or len(set(modes)) == 1:
+            return None
+        mixed = replace(par, recompute=max(modes, key=RECOMPUTE.index), recompute_ranks=tuple(modes))
+        if self.uneven and par.vpp == 1 and par.schedule != "dualpipe":
+            split = balance_split(self.model, self.cluster, mixed, self.profile, usable)
+            if split:
+                return replace(mixed, split=split)
+        return mixed
+
+    def _fitting(self, par):
+        """`par` (or `par` with an uneven split) if it fits; else None, with the reason recorded."""
+        mem = self.memory(par)
+        if isinstance(mem, ConfigError):
+            return None
+        if mem.fits:
+            return par
+        split = self._balanced(par, mem) if self.uneven else None
+        if split:
+            return replace(par, split=split)
+        self.rejected.append(Rejected(par, _oom_reason(mem), kind="oom"))
+        return None
+
+    def _balanced(self, par, mem):
+        """An uneven split that fits, when the pipeline's total memory could hold the layers."""
+        if par.pp == 1 or par.vpp > 1 or par.schedule == "dualpipe":
+            return None
+        usable = USABLE_FRACTION * mem.capacity_gib
+        if mem.sum_gib > par.pp * usable or not self.worth_rebalancing(par):
+            return None
+        return balance_split(self.model, self.cluster, par, self.profile, usable)
+
+
+# ------------------------------------------------------------------------------- the plan
+def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints: dict | None = None,
+         profile: HardwareProfile | None = None, top: int = 5) -> PlanResult:
+    """Ranked layouts that fit, fastest first, with the rejected ones that came closest."""
+    t0 = time.perf_counter()
+    constraints = dict(constraints or {})
+    top = constraints.pop("top", top)
+    problems = check_fields({"seq": seq, "gbs": gbs, "top": top}, "plan", limits.PLAN)
+    if problems:
+        raise ConfigError(problems)
+    search = _Search(model, cluster, profile or default_profile(cluster.gpu.name), seq, gbs, constraints)
+    search.run()
+    chosen = finalists([par for _, par in sorted(search.scored, key=lambda x: x[0])], max(3 * top, FINALISTS))
+    closed = {}
+    for par in chosen:
+        key = replace(par, split=())
+        for cand in (par, _rebalanced(search, par)):
+            if cand is None or (cand is not par and not getattr(search.memory(cand), "fits", False)):
+                continue
+            t = search.score(cand)
+            if key not in closed or t < closed[key][0]:
+                closed[key] = (t, cand)
+    leaders = distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
+    # the closed form ranks; the simulator, which times the schedules' real overlap (ZB's W
+    # filling the drain, uneven stages), decides among twice as many as are shown
+    timed = []
+    for _, par in leaders[:2 * top]:
+        shown = sorted(p.step.time_s for p in timed)
+        if len(shown) >= top and search.floor(par) > shown[top - 1] * (1 + 1e-9):
+            continue        # its busiest rank's work alone is slower than every plan shown: skip its simulation
+        simulated = _simulated(search, par)
+        if simulated is not None:
+            timed.append(simulated)
+    timed.sort(key=lambda p: p.step.time_s)
+    ranked = timed[:top]
+    result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
+                        why=why(ranked[0], ranked[1]) if len(ranked) >= 2 else "", searched=search.count, seconds=0.0)
+    if not ranked:
+        result.impossible, result.min_gpus = _impossible(search)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _simulated(search, par) -> Plan | None:
+    try:
+        mem = estimate_memory(search.model, search.cluster, par)
+    except ConfigError:
+        return None
+    if not mem.fits:
+        return None
+    step = estimate_step(search.model, search.cluster, par, search.profile)
+    return Plan(par=par, step=step, memory_gib=mem.total_gib, stage_gib=tuple(s.total_gib for s in mem.stages))
+
+
+def _rebalanced(search, par):
+    if not (search.uneven and par.pp > 1 and par.vpp == 1 and par.schedule != "dualpipe" and not par.split):
+        return None
+    split = balance_split(search.model, search.cluster, par, search.profile,
+                          USABLE_FRACTION * search.cluster.gpu.memory_gib)
+    even = tuple(len(x) for x in stage_layers(search.model, par))
+    return replace(par, split=split) if split and split != even else None
+
+
+def _impossible(search) -> tuple[str, int]:
+    """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
+    model, cluster = search.model, search.cluster
+    frugal = [r for r in search.rejected if r.kind == "frugal_oom"]
+    if not frugal:
+        reasons = list(dict.fromkeys(r.reason for r in search.rejected))
+        return (f"no layout in the allowed space is valid for {model.name} on {cluster.world} GPUs: "
+                + "; ".join(reasons[:3]) + ("" if len(reasons) <= 3 else f"; and {len(reasons) - 3} more")
+                + ". Widen the constraints.", 0)
+    text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
+            f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
+            f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
+    closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
+    text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
+    counts = _node_counts(cluster.nodes, cluster.gpus_per_node)
+    if not counts:
+        return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0
+    for nodes in counts:
+        limits.check_time()
+        bigger = replace(cluster, nodes=nodes)
+        fit = _Search(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
+        if fit is not None:
+            return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "
+                    f"for example {short(fit)}.", bigger.world)
+    return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0
+
+
+def _node_counts(start: int, gpus_per_node: int) -> list[int]:
+    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps, up
+    to the limits on nodes and GPUs (limits.py)."""
+    top = min(limits.CLUSTER["nodes"][1], limits.MAX_GPUS // gpus_per_node)
+    counts = list(range(start + 1, start + 17))
+    while counts[-1] < top:
+        counts.append(int(counts[-1] * 1.25) + 1)
+    counts = [n for n in counts if n <= top]
+    return counts + [top] if top > start and (not counts or counts[-1] < top) else counts

@@ -1,0 +1,115 @@
+"""The planner's search space: the values each knob may take for a model, a cluster and a
+sequence length (defaults, narrowed by the user's constraints), and the valid (tp, cp, pp, dp,
+ep, etp) structures on the cluster."""
+from __future__ import annotations
+
+from ..specs.errors import ConfigError
+from ..specs.frameworks import LIMITS
+from ..specs.hardware import ClusterSpec
+from ..specs.models import ModelSpec
+from ..specs.limits import PARALLEL, PLAN
+from ..specs.parallel import DISPATCHERS, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES
+from ..specs.validate import choice, flag, integer, show
+
+KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
+         "dispatcher")
+DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
+MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -> dict:
+    """Allowed values per knob: the defaults, narrowed by `constraints` (a value or a list)."""
+    unknown = sorted(map(str, set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"}))
+    if unknown:
+        raise ConfigError(f"plan constraints: unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+                          f"known: {', '.join(KNOBS)}, framework, tp_across_nodes, uneven_split, top")
+    problems = []
+    for key in ("tp_across_nodes", "uneven_split"):
+        if key in constraints:
+            flag(problems, f"plan constraints: {key}", constraints[key])
+    if "framework" in constraints:
+        choice(problems, "plan constraints: framework", constraints["framework"], FRAMEWORKS)
+    if "top" in constraints:
+        integer(problems, "plan constraints: top", constraints["top"], *PLAN["top"])
+    if problems:
+        raise ConfigError(problems)
+    world, gpn = cluster.world, cluster.gpus_per_node
+    tp_cap = world if constraints.get("tp_across_nodes") else gpn
+    sp = {
+        "tp": [t for t in _divisors(world) if t <= min(tp_cap, model.heads)],
+        # CP pays off for long sequences; below 2k tokens per rank its ring steps are too short
+        "cp": [c for c in (1, 2, 4, 8, 16, 32) if world % c == 0 and (c == 1 or seq // c >= MIN_CP_CHUNK)],
+        "ep": _divisors(model.moe.experts) if model.moe else [1],
+        "etp": [0, 1],           # 0: expert TP = tp (Megatron's default); 1: experts not TP-sharded
+        "pp": [p for p in _divisors(world) if p <= model.layers],
+        "vpp": [2, 3, 4, 6, 8],
+        "zero": [0, 1, 2, 3],
+        "mbs": [1, 2, 4, 8],
+        "recompute": list(RECOMPUTE),
+        "schedule": list(DEFAULT_SCHEDULES),
+        "precision": ["bf16"],
+        # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
+        # is taken where allowed; by default where the framework has it built in (Megatron/TE)
+        "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
+        # MoE dispatch: DeepEP is never slower in the model, but it is a separate install; taken
+        # only where the user allows it (dispatcher: deepep)
+        "dispatcher": ["alltoall"],
+    }
+    for knob in KNOBS:
+        if knob in constraints:
+            v = constraints[knob]
+            sp[knob] = list(v) if isinstance(v, (list, tuple)) else [v]
+            if not sp[knob]:
+                raise ConfigError(f"plan constraints: {knob} allows no value")
+            if len(sp[knob]) > 64:
+                raise ConfigError(f"plan constraints: {knob} lists {len(sp[knob]):,} values; the limit is 64")
+    for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero"):
+        for v in sp[knob]:
+            integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
+    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("recompute", RECOMPUTE),
+                          ("dispatcher", DISPATCHERS)):
+        for v in sp[knob]:
+            choice(problems, f"plan constraints: {knob}", v, options)
+    for v in sp["tp_overlap"]:
+        flag(problems, "plan constraints: tp_overlap", v)
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    framework = constraints.get("framework", "megatron")
+    for knob, runs in LIMITS.get(framework, {}).items():
+        outside = [v for v in sp[knob] if v not in runs]
+        if outside and knob in constraints:
+            raise ConfigError(f"plan constraints: {framework} does not run {knob} {outside}; it runs "
+                              f"{knob} {list(runs)}: allow those, or plan for another framework")
+        sp[knob] = [v for v in sp[knob] if v in runs]
+    if model.moe is None:
+        sp["ep"], sp["etp"] = [1], [0]
+    sp["recompute"] = [r for r in RECOMPUTE if r in sp["recompute"]]   # least first
+    return sp
+
+
+def structures(model, cluster, space, gbs):
+    """(tp, cp, pp, dp, ep, etp) on the cluster; yields (sizes, None) or (sizes, why invalid)."""
+    world = cluster.world
+    for tp in space["tp"]:
+        for cp in space["cp"]:
+            for pp in space["pp"]:
+                if world % (tp * cp * pp):
+                    yield dict(tp=tp, cp=cp, pp=pp, dp=1, ep=1, etp=0), \
+                        f"tp*cp*pp = {tp}*{cp}*{pp} does not divide the {world} GPUs"
+                    continue
+                dp = world // (tp * cp * pp)
+                for ep in space["ep"]:
+                    for etp in space["etp"]:
+                        sizes = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+                        if etp == 1 and tp == 1 and 0 in space["etp"]:
+                            continue     # the same as etp=tp
+                        if gbs % dp:
+                            yield sizes, f"gbs={gbs} is not a multiple of dp={dp}"
+                        elif model.moe and (dp * cp * tp) % (ep * (etp or tp)):
+                            yield sizes, f"ep*etp={ep * (etp or tp)} does not divide dp*cp*tp={dp * cp * tp}"
+                        else:
+                            yield sizes, None

@@ -1,0 +1,142 @@
+"""Read a Hugging Face transformers `config.json` into a ModelSpec.
+
+Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2,
+deepseek_v3, gpt_neox, gpt2. A missing field, a value of the wrong type or over its limit
+(calculators/specs/limits.py), or an unsupported type raises ConfigError naming the config.json key.
+"""
+from __future__ import annotations
+
+from . import limits
+from .errors import ConfigError
+from .models import MLASpec, ModelSpec, MoESpec
+from .validate import flag, integer, loads, show, whole_list
+
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
+M, E, A = limits.MODEL, limits.MOE, limits.MLA     # the bounds of each field read below
+
+
+class _Fields:
+    """Reads the fields of one config, checking each against its bounds under its config.json
+    name, and remembers every missing or wrong one, so all are named at once."""
+
+    def __init__(self, cfg: dict):
+        self.cfg, self.missing, self.problems = cfg, [], []
+
+    def _whole(self, key, value, bounds):
+        before = len(self.problems)
+        integer(self.problems, f"config.json {key}", value, *bounds)
+        return value if len(self.problems) == before else max(1, bounds[0])
+
+    def need(self, bounds, *keys):
+        """The first of `keys` present (a whole number within `bounds`)."""
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return self._whole(key, self.cfg[key], bounds)
+        self.missing.append(keys[0])
+        return max(1, bounds[0])
+
+    def get(self, bounds, key, default):
+        value = self.cfg.get(key)
+        return default if value is None else self._whole(key, value, bounds)
+
+    def flag(self, key, default: bool) -> bool:
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        flag(self.problems, f"config.json {key}", value)
+        return value is True
+
+
+def _name(cfg: dict, kind: str) -> str:
+    """The model's name for the page: `_name_or_path` when it is text, printable, cut to length."""
+    name = cfg.get("_name_or_path")
+    if not isinstance(name, str) or not name.strip():
+        return kind
+    name = "".join(ch for ch in name if ch.isprintable()).strip()
+    return name[:limits.MAX_TEXT] or kind
+
+
+def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
+    """ModelSpec from a config.json (a dict, or its text)."""
+    if isinstance(cfg, (str, bytes)):
+        cfg = loads(cfg, "config.json")
+    if not isinstance(cfg, dict):
+        raise ConfigError("config.json must be a JSON object (the file transformers writes next to the weights)")
+    if "text_config" in cfg and cfg["text_config"] is not None:    # multimodal wrappers: the language model
+        if not isinstance(cfg["text_config"], dict):
+            raise ConfigError(f"config.json text_config must be an object (got {show(cfg['text_config'])})")
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    kind = cfg.get("model_type")
+    if not isinstance(kind, str) or kind not in SUPPORTED:
+        raise ConfigError(f"config.json model_type {show(kind)} is not supported; supported: {', '.join(SUPPORTED)}. "
+                          "Enter the shape by hand (layers, hidden, heads, kv_heads, ffn, vocab) instead")
+    f = _Fields(cfg)
+    name = name or _name(cfg, kind)
+    if kind == "gpt2":
+        hidden = f.need(M["hidden"], "n_embd", "hidden_size")
+        args = dict(layers=f.need(M["layers"], "n_layer", "num_hidden_layers"), hidden=hidden,
+                    heads=f.need(M["heads"], "n_head", "num_attention_heads"),
+                    ffn=f.get(M["ffn"], "n_inner", min(4 * hidden, M["ffn"][1])),
+                    vocab=f.need(M["vocab"], "vocab_size"),
+                    positions=f.need(M["positions"], "n_positions", "max_position_embeddings"),
+                    tied_embeddings=True, mlp="gelu", norm="layernorm", bias=True)
+    elif kind == "gpt_neox":
+        args = dict(layers=f.need(M["layers"], "num_hidden_layers"), hidden=f.need(M["hidden"], "hidden_size"),
+                    heads=f.need(M["heads"], "num_attention_heads"), ffn=f.need(M["ffn"], "intermediate_size"),
+                    vocab=f.need(M["vocab"], "vocab_size"), tied_embeddings=f.flag("tie_word_embeddings", False),
+                    mlp="gelu", norm="layernorm", bias=True)
+    else:
+        args = _llama_like(f, kind)
+    if f.missing:
+        f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s) "
+                             "or enter the shape by hand")
+    if f.problems:
+        raise ConfigError(f.problems)
+    try:
+        return ModelSpec(name=name, source="config.json", **args)
+    except ConfigError as exc:                     # fields fine one by one, not together (top_k > experts)
+        raise ConfigError([f"config.json describes a model that cannot be: {p}" for p in exc.problems]) from None
+
+
+def _llama_like(f: _Fields, kind: str) -> dict:
+    heads = f.need(M["heads"], "num_attention_heads")
+    args = dict(layers=f.need(M["layers"], "num_hidden_layers"), hidden=f.need(M["hidden"], "hidden_size"),
+                heads=heads, kv_heads=f.get(M["kv_heads"], "num_key_value_heads", heads),
+                ffn=f.get(M["ffn"], "intermediate_size", 0), vocab=f.need(M["vocab"], "vocab_size"),
+                head_dim=f.get(M["head_dim"], "head_dim", 0), tied_embeddings=f.flag("tie_word_embeddings", False),
+                qkv_bias=kind.startswith("qwen2") or f.flag("attention_bias", False), qk_norm=kind.startswith("qwen3"))
+    if kind == "mixtral":
+        args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),
+                              top_k=f.need(E["top_k"], "num_experts_per_tok"),
+                              expert_ffn=f.need(E["expert_ffn"], "intermediate_size"))
+    elif kind in ("qwen2_moe", "qwen3_moe"):
+        shared = f.get(E["shared_ffn"], "shared_expert_intermediate_size", 0)
+        dense = f.cfg.get("mlp_only_layers") or []
+        whole_list(f.problems, "config.json mlp_only_layers", dense, 0, limits.MAX_LAYERS)
+        if not f.problems and list(dense) != list(range(len(dense))):
+            raise ConfigError("config.json mlp_only_layers must be the leading layers (0, 1, ...) to be modelled; "
+                              f"got {show(dense)}")
+        args["moe"] = MoESpec(experts=f.need(E["experts"], "num_experts"),
+                              top_k=f.need(E["top_k"], "num_experts_per_tok"),
+                              expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
+                              shared_experts=1 if shared else 0, shared_ffn=shared,
+                              dense_layers=len(dense) if isinstance(dense, list) else 0,
+                              moe_every=f.get(E["moe_every"], "decoder_sparse_step", 1))
+    elif kind.startswith("deepseek"):
+        args["kv_heads"] = heads
+        args["moe"] = MoESpec(experts=f.need(E["experts"], "n_routed_experts"),
+                              top_k=f.need(E["top_k"], "num_experts_per_tok"),
+                              expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
+                              shared_experts=f.get(E["shared_experts"], "n_shared_experts", 0),
+                              dense_layers=f.get(E["dense_layers"], "first_k_dense_replace", 0),
+                              moe_every=f.get(E["moe_every"], "moe_layer_freq", 1))
+        args["mla"] = MLASpec(q_lora_rank=f.get(A["q_lora_rank"], "q_lora_rank", 0),
+                              kv_lora_rank=f.need(A["kv_lora_rank"], "kv_lora_rank"),
+                              qk_nope_dim=f.need(A["qk_nope_dim"], "qk_nope_head_dim"),
+                              qk_rope_dim=f.need(A["qk_rope_dim"], "qk_rope_head_dim"),
+                              v_head_dim=f.need(A["v_head_dim"], "v_head_dim"))
+        args["head_dim"] = 0
+    if "moe" not in args:
+        f.need(M["ffn"], "intermediate_size")
+    return args

@@ -1,0 +1,250 @@
+"""Parallel layouts and the rules that make them valid.
+
+`ParallelConfig` checks what it can alone; `check_layout(model, cluster, par)` checks the rules
+that need the model and the cluster, raises ConfigError with every broken rule (numbers and what
+to change), and returns warnings for layouts that run but are probably not what the user wants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import limits
+from .errors import ConfigError, require
+from .validate import check_fields, show, whole_list
+from .frameworks import MAX_ZERO_WITH_PP
+from .hardware import DEFAULT_NETWORK, ClusterSpec
+from .models import ModelSpec
+from .recompute import STANDARD as RECOMPUTE, order as recompute_order, valid as recompute_valid
+
+ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
+LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (frameworks.loss_kernel)
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
+FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
+DISPATCHERS = ("alltoall", "deepep")
+PRECISIONS = ("bf16", "fp8")
+ZERO_STAGES = (0, 1, 2, 3)
+DEFAULT_FRAMEWORK = "megatron"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    dp: int = 1                  # d, data-parallel replicas
+    tp: int = 1                  # t, tensor parallel
+    pp: int = 1                  # p, pipeline stages
+    cp: int = 1                  # c, context parallel (sequence split for attention)
+    ep: int = 1                  # e, expert parallel (inside dp*cp*tp, as in Megatron)
+    etp: int = 0                 # expert tensor parallel; 0: = tp (Megatron's default)
+    vpp: int = 1                 # v, virtual stages per pipeline rank (interleaved)
+    zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
+    sp: bool = False             # sequence parallelism with TP
+    tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
+    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP or
+                                  # HybridEP: one copy per node over the network, forwarded on NVLink)
+    ep_overlap: bool = False     # MoE dispatch and combine run under another micro-batch's compute
+                                 # (Megatron's overlap_moe_expert_parallel_comm; DualPipe does it always)
+    moe_imbalance: float = 1.0   # tokens the busiest expert rank receives over the balanced share
+    mbs: int = 1                 # b, micro-batch in sequences
+    gbs: int = 1                 # B, global batch in sequences
+    seq: int = 4096              # s, tokens per sequence
+    recompute: str = "none"      # none | selective | full | core_attn | op_sac | layer:N (calculators/specs/recompute.py;
+                                 # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
+    precision: str = "bf16"      # bf16 | fp8
+    schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
+    framework: str = DEFAULT_FRAMEWORK
+    flash: bool = True           # flash attention (no s x s score matrix is stored)
+    attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (frameworks.attention_kernel)
+    compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
+    loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (frameworks.loss_kernel)
+    split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
+                                 # interleaved: stage i runs on rank i % p); () = even
+    recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
+
+    def __post_init__(self):
+        for key in ("split", "recompute_ranks"):
+            if isinstance(getattr(self, key), list):
+                object.__setattr__(self, key, tuple(getattr(self, key)))
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
+        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
+                         choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
+                                  "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
+                                  "loss": LOSS_KERNELS})
+        require(p, recompute_valid(self.recompute),
+                lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
+                        f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")
+        if self.split:
+            # the first and last stage may hold no layer: only the embedding, only the loss (Megatron)
+            whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 0, limits.MAX_LAYERS)
+            require(p, not isinstance(self.split, (list, tuple)) or 0 not in self.split[1:-1],
+                    "parallel.split: only the first and the last pipeline stage may hold no layer (the "
+                    "embedding's and the loss's stages)")
+        modes_ok = isinstance(self.recompute_ranks, tuple) and len(self.recompute_ranks) <= limits.MAX_LAYERS \
+            and _recompute_modes(self.recompute_ranks)
+        require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one recompute value per pipeline rank "
+                                     f"(got {show(self.recompute_ranks)})")
+        if modes_ok and self.recompute_ranks and recompute_valid(self.recompute):
+            most = max(self.recompute_ranks, key=recompute_order)
+            require(p, self.recompute == most,
+                    lambda: f"parallel.recompute must be the most recompute of recompute_ranks ({most!r}), "
+                            "the one a framework that applies one setting everywhere would use")
+        if p:
+            raise ConfigError(p)
+
+    def rank_recompute(self, rank: int) -> str:
+        """The recompute mode of pipeline rank `rank`."""
+        return self.recompute_ranks[rank] if self.recompute_ranks else self.recompute
+
+    def by_recompute(self) -> dict:
+        """{mode: this layout with that mode on every rank} for every mode some rank uses: the
+        per-layer costs that memory and time look up by a rank's mode."""
+        if not self.recompute_ranks:
+            return {self.recompute: self}
+        return {mode: replace(self, recompute=mode, recompute_ranks=())
+                for mode in set(self.recompute_ranks) | {self.recompute}}
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def microbatches(self) -> int:   # m, per pipeline per step
+        return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.gbs * self.seq
+
+
+def derive(par: ParallelConfig, **changes) -> ParallelConfig:
+    """`par` with `changes`, without running ParallelConfig's checks again: for the planner's hot
+    loops (thousands of layouts per search), whose values come from its checked search space
+    (space.space) and keep every rule that holds alone. A tenth of dataclasses.replace's cost."""
+    new = object.__new__(ParallelConfig)
+    new.__dict__.update(par.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def _recompute_modes(modes: tuple) -> bool:
+    return all(recompute_valid(mode) for mode in modes)
+
+
+def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> list[str]:
+    """Raise ConfigError naming every broken rule; return warnings (layout runs, but look again)."""
+    p: list[str] = []
+    w: list[str] = []
+    t, d, pp, c, e, v = par.tp, par.dp, par.pp, par.cp, par.ep, par.vpp
+    require(p, par.world == cluster.world,
+            lambda: f"dp*tp*pp*cp = {d}*{t}*{pp}*{c} = {par.world} GPUs but the cluster has "
+                    f"{cluster.nodes}x{cluster.gpus_per_node} = {cluster.world}; change a size so the product is "
+                    f"{cluster.world}")
+    require(p, model.heads % t == 0,
+            lambda: f"tp={t} must divide heads={model.heads}; try tp in {_divisors(model.heads, 64)}")
+    require(p, model.kv_heads % t == 0 or model.mla is not None,
+            lambda: f"tp={t} must divide kv_heads={model.kv_heads} (each TP rank owns whole KV groups); "
+            f"try tp in {_divisors(model.kv_heads, 64)}")
+    if model.dense_mlp_layers:
+        require(p, model.ffn % t == 0, lambda: f"tp={t} must divide ffn={model.ffn}")
+    require(p, par.gbs % (d * par.mbs) == 0,
+            lambda: f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
+            f"nearest valid gbs: {max(1, round(par.gbs / (d * par.mbs))) * d * par.mbs}")
+    m = max(1, par.gbs // (d * par.mbs))
+    require(p, model.layers >= pp * v or bool(par.split or virtual_split(model.layers, pp, v, par.framework)),
+            lambda: f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
+    if par.split:
+        stages = pp * v
+        require(p, len(par.split) == stages and sum(par.split) == model.layers,
+                lambda: f"split={list(par.split)} must give each of the pp*vpp = {stages} pipeline stages its layers, "
+                f"{model.layers} in all")
+        require(p, par.schedule != "dualpipe", "a non-uniform split needs a schedule other than dualpipe")
+    if par.recompute_ranks:
+        require(p, len(par.recompute_ranks) == pp,
+                lambda: f"recompute_ranks={list(par.recompute_ranks)} must give each of the pp={pp} ranks its mode")
+    if v > 1:
+        require(p, par.schedule == "interleaved",
+                lambda: f"vpp={v} needs schedule 'interleaved' (got {par.schedule!r})")
+        auto = virtual_split(model.layers, pp, v, par.framework)
+        if model.layers % (pp * v) and not par.split and (auto or model.layers >= pp * v):
+            w.append(f"layers={model.layers} do not divide pp*vpp = {pp * v} stages: "
+                     + (f"they follow Megatron's split counting the embedding and the loss as layers "
+                        f"(split={','.join(map(str, auto[:2]))},...,{','.join(map(str, auto[-2:]))})" if auto else
+                        f"the first {model.layers % (pp * v)} stages take one layer more")
+                     + "; set parallel.split to choose another")
+    if par.schedule == "interleaved":
+        require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
+        require(p, m % pp == 0,
+                lambda: f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
+    if par.schedule == "dualpipe":
+        require(p, m >= 2 * pp, lambda: f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * pp}")
+    if pp > 1 and m < pp and par.schedule in ("1f1b", "zb"):
+        w.append(f"only m={m} microbatches for pp={pp} stages: the pipeline never fills "
+                 f"(bubble (p-1)/m = {(pp - 1) / m:.2f}); raise gbs or lower mbs")
+    if v == 1 and model.layers % pp and not par.split:
+        w.append(f"layers={model.layers} is not a multiple of pp={pp}: stages hold unequal layer counts")
+    if model.moe is None:
+        require(p, e == 1, lambda: f"ep={e} needs a mixture-of-experts model; set ep=1")
+    else:
+        require(p, model.moe.experts % e == 0, lambda: f"ep={e} must divide experts={model.moe.experts}")
+        require(p, (d * c * t) % (e * par.etp) == 0,
+                lambda: f"ep*etp = {e}*{par.etp} must divide dp*cp*tp = {d * c * t} (experts live inside the "
+                "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
+        require(p, model.moe.expert_ffn % par.etp == 0,
+                lambda: f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
+    require(p, par.seq % (2 * c) == 0 or c == 1,
+            lambda: f"seq={par.seq} must be divisible by 2*cp = {2 * c} (load-balanced context parallel splits "
+            "each sequence into 2*cp chunks)")
+    if par.sp:
+        require(p, (par.seq // c) % t == 0,
+                lambda: f"sequence parallel needs seq/cp = {par.seq // c} divisible by tp={t}")
+    if par.tp_overlap and t > 1:
+        require(p, par.sp, "tp_overlap pipelines the all-gathers and reduce-scatters of sequence parallelism "
+                "with their GEMMs (Transformer Engine's userbuffers): set sp=true, or tp_overlap=false")
+    if t > 1 and not par.sp:
+        w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
+                 "activations are replicated; set sp=true")
+    if t > cluster.gpus_per_node:
+        w.append(f"tp={t} spans more than one node ({cluster.gpus_per_node} GPUs each): its collectives "
+                 "cross the slow inter-node network")
+    if not cluster.gpu.intra_node_gbps and cluster.intra_node_gbps == DEFAULT_NETWORK["intra_node_gbps"] or \
+            not cluster.gpu.inter_node_gbps and cluster.inter_node_gbps == DEFAULT_NETWORK["inter_node_gbps"]:
+        w.append(f"hardware.gpu {cluster.gpu.name!r} gives no link bandwidths: using a DGX H100-class node's, "
+                 f"{DEFAULT_NETWORK['intra_node_gbps']:g} GB/s NVLink and {DEFAULT_NETWORK['inter_node_gbps']:g} GB/s "
+                 "per GPU across nodes (set intra_node_gbps and inter_node_gbps)")
+    if par.precision == "fp8" and cluster.gpu.fp8_tflops <= 0:
+        p.append(f"{cluster.gpu.name} has no FP8 tensor cores; use precision 'bf16'")
+    if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
+        p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
+                 f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")
+    if p:
+        raise ConfigError(p)
+    return w
+
+
+def megatron_split(layers: int, stages: int) -> tuple:
+    """Layers per pipeline stage as Megatron-LM places them with
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
+    embedding and the loss each take one layer's place, in the first and the last stage, so
+    (layers + 2) must divide evenly (126 layers over 64 stages: 1, 2, ..., 2, 1; over 128 stages
+    the first stage holds only the embedding and the last only the loss, 0, 1, ..., 1, 0, as
+    Megatron-Bridge runs Llama 3 405B at pp 16, vpp 8)."""
+    if stages < 2 or (layers + 2) % stages or layers < stages - 2:
+        raise ConfigError([f"Megatron's embedding-and-loss split needs layers + 2 = {layers + 2} divisible by "
+                           f"the {stages} pipeline stages"])
+    n = (layers + 2) // stages
+    return (n - 1,) + (n,) * (stages - 2) + (n - 1,)
+
+
+def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWORK) -> tuple:
+    """The split an interleaved layout (v > 1) needs, each stage holding whole layers: () where
+    p*v divides the layers; else Megatron's embedding-and-loss split when Megatron runs it and
+    it exists (Llama 3 405B: 126 layers over 16 x 2 stages, 3, 4, ..., 4, 3); else () (invalid)."""
+    if v == 1 or framework != "megatron" or layers % (p * v) == 0:
+        return ()
+    try:
+        return megatron_split(layers, p * v)
+    except ConfigError:
+        return ()
+
+
+def _divisors(n: int, cap: int) -> list[int]:
+    return [k for k in range(1, min(n, cap) + 1) if n % k == 0]

@@ -1,0 +1,120 @@
+"""Attention kernels' time, forward and backward, by kernel family, sequence length, head dim and
+causal masking, from kernel measurements: published ones, and our own on one H100.
+
+Sources. FlashAttention-2 and FlashAttention-3: the FlashAttention-3 paper (Shah et al. 2024, arXiv
+2407.08608, Figures 5 and 6), BF16 TFLOP/s on one H100 80GB SXM5, head dim 128, batch x sequence =
+16k tokens. cuDNN: our own measurement of cuDNN 9.19's fused attention through PyTorch 2.11's
+`scaled_dot_product_attention` on one H100 80GB SXM5 in the same setup
+(validation/data/h100_harness/attention.jsonl, `python -m benchmarks attention`), which runs 13 to
+15% faster (median) than the 2024 cuDNN the paper measured; cuDNN is what Transformer Engine runs
+on Hopper, and the releases whose runs we compare with are recent. The same measurement checks the
+paper's FlashAttention-2 rows: PyTorch's flash backend runs at 0.97 of them forward and 0.96
+backward (median), and holds its 16k rate to 128k tokens. Causal FLOPs count half the square (our
+convention, flops.py).
+
+| seq | 512 | 1k | 2k | 4k | 8k | 16k |
+|---|---|---|---|---|---|---|
+| FA2 forward, causal | 191 | 260 | 298 | 319 | 333 | 335 |
+| FA2 forward | 309 | 350 | 362 | 368 | 370 | 370 |
+| FA2 backward | 214 | 260 | 291 | 310 | 318 | 322 |
+| cuDNN forward, causal (ours) | 212 | 443 | 517 | 573 | 607 | 629 |
+| cuDNN forward (ours) | 533 | 608 | 653 | 670 | 678 | 681 |
+| cuDNN backward (ours) | 297 | 417 | 502 | 551 | 579 | 517 |
+| cuDNN backward, causal (ours) | 195 | 290 | 392 | 471 | 523 | 525 |
+| FA3 forward, causal | 292 | 423 | 521 | 579 | 602 | 616 |
+| FA3 forward | 467 | 565 | 625 | 638 | 646 | 648 |
+| FA3 backward | 316 | 424 | 501 | 542 | 559 | 561 |
+
+The paper plots backward without the causal mask only; for FA2 and FA3 a causal backward is taken
+to lose what a causal forward loses at the same length (the backward times the causal/non-causal
+forward ratio). Our cuDNN rows measure the causal backward itself (at 16k it loses nothing, where
+the rule would take 8% off). Head dim 64 and 256 scale each kernel by its non-causal forward at
+16k over head dim 128's (FA2 0.88 and 0.88, FA3 0.77 and 1.17, the paper's figures; cuDNN 0.72,
+ours, and 0.98, the paper's), interpolated in log2 of the head dim. Lengths are clamped to the
+measured range; log-linear in between. With context
+parallelism the kernels run chunk by chunk: the load-balanced ring splits each sequence into
+2 cp chunks and computes attention between chunks (Megatron/Transformer Engine's
+AttnFuncWithCPAndKVP2P, torch's context_parallel), so a kernel's length is seq / (2 cp), and only
+the step where a rank attends to its own chunks is masked: 1/cp of the work runs at the causal
+rate, the rest at the unmasked one. (NeMo's long-sequence table, Llama 2 7B in FP8 from 32k to 1M
+tokens with CP 2 to 32, measured 536 to 610 model TFLOP/s per GPU: at the unmasked rate, which
+the causal one would put 20 to 30% lower.)
+
+Other GPUs: the profile's `attention_fraction` is the fraction of the bf16 peak FA2 reaches at
+its plateau (causal, head dim 128, forward + backward); the table gives every kernel's rate
+relative to that (H100: 303 TFLOP/s, 0.306 of 989). FlashAttention-3 runs on Hopper only; on
+other GPUs the fa3 and cudnn kernels are costed as FA2 (no measurement of theirs is used here).
+"""
+from __future__ import annotations
+
+import math
+
+from .flops import attention_flops
+from ..specs.hardware import GPUSpec
+from ..specs.models import ModelSpec
+from ..specs.parallel import ParallelConfig
+from .profiles import HardwareProfile
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+H100_TFLOPS = {
+    "fa2": {"causal": (191, 260, 298, 319, 333, 335), "full": (309, 350, 362, 368, 370, 370),
+            "backward": (214, 260, 291, 310, 318, 322)},
+    "cudnn": {"causal": (212, 443, 517, 573, 607, 629), "full": (533, 608, 653, 670, 678, 681),
+              "backward": (297, 417, 502, 551, 579, 517), "backward_causal": (195, 290, 392, 471, 523, 525)},
+    "fa3": {"causal": (292, 423, 521, 579, 602, 616), "full": (467, 565, 625, 638, 646, 648),
+            "backward": (316, 424, 501, 542, 559, 561)},
+}
+HEAD_DIM_SCALE = {"fa2": (0.876, 1.0, 0.881), "cudnn": (0.717, 1.0, 0.976), "fa3": (0.767, 1.0, 1.167)}   # 64, 128, 256
+HOPPER = ("H100-80GB", "H200-141GB")
+
+
+def _at(values: tuple, seq: float) -> float:
+    x = min(max(math.log2(max(seq, 1.0)), math.log2(SEQS[0])), math.log2(SEQS[-1]))
+    i = min(int(x - 9), len(SEQS) - 2)
+    w = x - (9 + i)
+    return values[i] * (1 - w) + values[i + 1] * w
+
+
+def _head_scale(kernel: str, head_dim: float) -> float:
+    lo, mid, hi = HEAD_DIM_SCALE[kernel]
+    x = min(max(math.log2(head_dim), 6.0), 8.0) - 7.0            # -1 at 64, 0 at 128, 1 at 256
+    return mid + x * (mid - lo) if x < 0 else mid + x * (hi - mid)
+
+
+def rates(kernel: str, seq: float, head_dim: float, causal: bool = True) -> tuple[float, float]:
+    """(forward, backward) TFLOP/s on an H100 SXM5 of `kernel` at this length and head dim."""
+    t = H100_TFLOPS[kernel]
+    fwd = _at(t["causal" if causal else "full"], seq)
+    if causal and "backward_causal" in t:
+        bwd = _at(t["backward_causal"], seq)
+    else:
+        bwd = _at(t["backward"], seq) * (fwd / _at(t["full"], seq) if causal else 1.0)
+    k = _head_scale(kernel, head_dim)
+    return fwd * k, bwd * k
+
+
+def _combined(fwd: float, bwd: float) -> float:
+    """Forward + backward rate for FLOPs split 1 : 2.5 (the backward recomputes the scores)."""
+    return 3.5 / (1 / fwd + 2.5 / bwd)
+
+
+ANCHOR = _combined(*rates("fa2", SEQS[-1], 128))            # FA2's plateau on H100: 303 TFLOP/s
+
+
+def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUSpec,
+                   profile: HardwareProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU
+    (its heads a/tp, its T = mbs * seq / cp queries against the causal context)."""
+    if gpu.name not in HOPPER and kernel != "fa2":
+        kernel = "fa2"
+    flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
+    head_dim = model.q_dim / model.heads
+    scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
+    if par.cp == 1:
+        fwd, bwd = rates(kernel, par.seq, head_dim)
+        return flops / (fwd * scale), 2.5 * flops / (bwd * scale)
+    chunk = par.seq / (2 * par.cp)
+    (cf, cb), (ff, fb) = rates(kernel, chunk, head_dim), rates(kernel, chunk, head_dim, causal=False)
+    masked = 1 / par.cp
+    return (flops * (masked / cf + (1 - masked) / ff) / scale,
+            2.5 * flops * (masked / cb + (1 - masked) / fb) / scale)

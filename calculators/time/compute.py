@@ -1,0 +1,160 @@
+"""Compute time of one micro-batch through one layer on one GPU: a roofline per kernel.
+
+Each kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth, kernel_us), but a
+GEMM, whose math and memory traffic overlap only in part, takes their sum:
+- weight GEMMs (from ModelSpec.layer_matmuls, TP/EP-sharded as memory.py shards them, and fused
+  where the framework fuses them: frameworks.fused_projections): the math at peak x
+  gemm_fraction x d / (d + gemm_half_dim), d the GEMM's smallest dimension, plus the operands'
+  and result's HBM time (gemm_time: added, not maxed). Backward runs two GEMMs of the forward's
+  size: the input gradient (I) and the weight gradient (W).
+- attention core (FlashAttention): the causal FLOPs (flops.attention_flops) at attention_fraction
+  of the bf16 peak; its backward does 2.5x the forward's FLOPs (it recomputes the scores).
+- memory-bound kernels: bytes read and written per token (counted below), backward twice the
+  forward's bytes.
+- FP8 speeds up the weight GEMMs only (attention, norms and the rest stay in bf16).
+- recompute: "full" runs the layer's forward again before its backward; "selective" the attention
+  core's forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import elementwise
+from ..memory.activations import BF16, tokens
+from .attention import attention_time
+from .flops import attention_flops
+from ..specs.frameworks import attention_kernel, fused_matmuls, loss_bytes_per_logit, loss_kernel
+from ..specs.hardware import GPUSpec
+from ..specs.models import ModelSpec
+from ..specs.parallel import ParallelConfig
+from .profiles import HardwareProfile
+from ..specs.recompute import policy as recompute_policy, sac_saved
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds for one micro-batch through one layer on one GPU, split the way the pipeline
+    schedules need it: forward (F), input-gradient backward (I), weight-gradient backward (W)."""
+    forward: float
+    backward_input: float
+    backward_weight: float
+    gemm: float                  # forward GEMM time (included above), for the breakdown
+    attention: float             # forward attention-core time
+    memory_bound: float          # forward memory-bound time
+    recompute: float             # forward work run again in backward (in backward_input)
+    column_gemms: tuple = (0.0, 0.0)   # forward time of the column-parallel GEMMs after each of the
+                                       # layer's two TP all-gathers: attention's (q, k, v), the MLP's
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward_input + self.backward_weight
+
+
+def gemm_terms(m: float, n: float, k: float, gpu: GPUSpec, profile: HardwareProfile,
+               fp8: bool = False) -> tuple[float, float]:
+    """(math seconds, HBM seconds) of one (m x k) @ (k x n) GEMM (see gemm_time)."""
+    d = min(m, n, k)
+    frac = profile.fp8_gemm_fraction if fp8 else profile.gemm_fraction
+    rate = gpu.peak_tflops("fp8" if fp8 else "bf16") * 1e12 * frac * d / (d + profile.gemm_half_dim)
+    nbytes = (1 if fp8 else BF16) * (m * k + k * n) + BF16 * m * n
+    return 2.0 * m * n * k / rate, nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction)
+
+
+def gemm_time(m: float, n: float, k: float, gpu: GPUSpec, profile: HardwareProfile, fp8: bool = False,
+              count: float = 1.0) -> float:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n): the math at the profile's large-GEMM rate,
+    slowed to d / (d + gemm_half_dim) of it where the smallest dimension d leaves tiles part-empty,
+    plus streaming the two operands in and the bf16 result out of HBM once. A GEMM whose FLOPs per
+    byte fall under the GPU's FLOPs-to-bandwidth ratio is memory-bound (NVIDIA's Matrix
+    Multiplication Background guide): a TP shard's 128- or 256-wide reduction dimension, or a
+    handful of tokens, leaves it writing or reading far more than it computes. The two terms are
+    added, not maxed: a kernel overlaps them only in part, and the sum sits within 2x of the max."""
+    if m <= 0 or count <= 0:
+        return 0.0
+    return count * max(sum(gemm_terms(m, n, k, gpu, profile, fp8)), profile.kernel_us * 1e-6)
+
+
+def memory_time(nbytes: float, kernels: int, gpu: GPUSpec, profile: HardwareProfile) -> float:
+    return max(nbytes / (gpu.hbm_tbps * 1e12 * profile.hbm_fraction), kernels * profile.kernel_us * 1e-6)
+
+
+ATTENTION_COLUMNS = ("q", "k", "v", "q_b", "kv_b")
+
+
+def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:
+    """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them,
+    forward seconds of the GEMMs op_sac recomputes: every second matmul, the router and the
+    experts' grouped GEMMs, recompute.sac_saved)."""
+    fp8 = par.precision == "fp8"
+    t, cols, unsaved = 0.0, [0.0, 0.0], 0.0
+    mms = model.layer_matmuls(moe_layer)
+    saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
+    for mm in fused_matmuls(mms, par.framework):
+        if mm.expert:
+            # the expert group's tokens spread over E experts; this GPU runs E/ep of them, each on
+            # ep*Tr*K/E tokens (times the routing imbalance on the busiest rank, which the others wait
+            # for). Tr, the tokens a rank routes: with sequence parallelism its T/tp shard, gathered
+            # over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp
+            E, K = model.moe.experts, model.moe.top_k
+            routed = T * par.etp / par.tp if par.sp else T
+            tokens = par.ep * routed * K / E * par.moe_imbalance
+            g = gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
+        elif mm.tp == "col":
+            g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
+            cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g
+        elif mm.tp == "row":
+            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, fp8, count=mm.stored)
+        else:                                          # replicated (the router, MLA's small projections)
+            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
+        t += g
+        unsaved += 0.0 if saved.get(mm.name.split("+")[0], False) else g
+    return t, tuple(cols), unsaved
+
+
+def _unfused_attention(model: ModelSpec, par: ParallelConfig, gpu, profile) -> tuple[float, float]:
+    """(forward, backward) of attention without a flash kernel: QK^T and scores.V as batched GEMMs
+    over the full square, and the s x s scores written, softmaxed and read (3 passes)."""
+    flops = tokens(par) * attention_flops(model, par.seq, causal=True) / par.tp
+    fwd = flops / (gpu.bf16_tflops * 1e12 * profile.gemm_fraction) + memory_time(
+        3 * BF16 * par.mbs * model.heads / par.tp * par.seq * par.seq / par.cp, 3, gpu, profile)
+    return fwd, 2.5 * fwd
+
+
+def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUSpec,
+               profile: HardwareProfile) -> LayerTime:
+    T = tokens(par)
+    gemm, cols, unsaved = _layer_gemms(model, par, moe_layer, T, gpu, profile)
+    attn, attn_b = (attention_time(model, par, par.attention or attention_kernel(par.framework), gpu, profile)
+                    if par.flash else _unfused_attention(model, par, gpu, profile))
+    work = elementwise.layer_bytes(model, par, moe_layer, T)
+    mem, mem_b = (memory_time(*work[way], gpu, profile) for way in ("forward", "backward"))
+    forward = gemm + attn + mem
+    kind, every = recompute_policy(par.framework, par.recompute)
+    recompute = {"full": forward / every, "core_attn": attn, "op_sac": unsaved + mem}.get(kind, 0.0)
+    return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
+                     backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
+                     column_gemms=cols)
+
+
+def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:
+    """(forward, input-backward, weight-backward) of the output GEMM and the loss over this GPU's
+    T x V/tp logits, whose element-wise passes move frameworks.loss_bytes_per_logit each."""
+    T = tokens(par)
+    g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
+    logits = T * model.vocab / par.tp
+    (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(loss_kernel(par))
+    return (g + memory_time(fwd * logits, fwd_kernels, gpu, profile),
+            g + memory_time(bwd * logits, bwd_kernels, gpu, profile), g)
+
+
+def embedding_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float]:
+    """(forward, backward) of the token embedding: a gather, then a scatter-add of gradients."""
+    T = tokens(par)
+    t = memory_time(2 * BF16 * T * model.hidden, 1, gpu, profile)
+    return t, 2 * t
+
+
+def optimizer_time(params_local: float, gpu: GPUSpec, profile: HardwareProfile) -> float:
+    """AdamW over this GPU's shard: read grad (4), master, m, v (3 x 4, read and write), write the
+    bf16 weight (2): 30 bytes per parameter, one fused kernel per parameter group."""
+    return memory_time(30.0 * params_local, 1, gpu, profile)

@@ -1,0 +1,61 @@
+"""The data-parallel gradient sync of one pipeline rank, as the frameworks run it: gradients in
+the framework's buckets (all-reduce for ZeRO-0, reduce-scatter for ZeRO-1/2), ZeRO-1/2's weight
+all-gathers after the optimizer, and ZeRO-3's per-layer gathers and reduce-scatters every
+micro-batch, prefetched behind compute (step.py's DP entry says what hides each)."""
+from __future__ import annotations
+
+import math
+
+from ..memory.activations import BF16
+from .comm import collective_time
+from ..specs.frameworks import grad_bucket_bytes, param_gather_count, param_gather_overlapped
+
+GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
+
+
+def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
+    """(dense, expert) parameter tensors of one layer on one GPU: each weight matrix, the norms."""
+    mms = model.layer_matmuls(moe)
+    dense = sum(1 for mm in mms if not mm.expert) + 2
+    expert = sum(math.ceil(mm.stored / par.ep) for mm in mms if mm.expert)
+    return dense, expert
+
+
+def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1),
+             units=1, first_fwd=0.0):
+    """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO traffic hidden behind
+    compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
+    all-gathers in its gather units (frameworks.py); every collective pays its latency. Where the
+    framework overlaps those all-gathers with the next step's forward
+    (frameworks.param_gather_overlapped), all but the first unit hide behind the rank's forward of
+    its first micro-batch (`first_fwd`)."""
+    sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
+    for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):
+        if params <= 0 or g.size <= 1:
+            continue
+        if par.zero in (0, 1, 2):
+            total = grad_bytes * params
+            bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
+            n = max(1, math.ceil(total / bucket)) if bucket else max(1, units)
+            sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
+                                        profile)
+            if par.zero:
+                k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
+                gather = k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+                hidden = min(gather * (1 - 1 / k), profile.overlap["dp"] * first_fwd) \
+                    if param_gather_overlapped(par.framework) else 0.0
+                exposed_extra, hidden_extra = exposed_extra + gather - hidden, hidden_extra + hidden
+        else:   # ZeRO-3: per layer, gather weights for forward and backward, reduce-scatter grads,
+            # every micro-batch (one collective per layer, the unit FSDP and DeepSpeed wrap). Each
+            # layer's gather is prefetched behind the previous layer's compute and its reduce-
+            # scatter runs behind the next one's, but the step's first gather has nothing before it
+            # and its last reduce-scatter nothing after: those two wait.
+            k = max(1, units)
+            gather = collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+            scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile)
+            per_mb = k * (2 * gather + scatter)
+            hidden = min(per_mb, profile.overlap["zero3"] * compute)
+            edges = min(gather + scatter, m * hidden)
+            exposed_extra += m * (per_mb - hidden) + edges
+            hidden_extra += m * hidden - edges
+    return sync, exposed_extra, hidden_extra

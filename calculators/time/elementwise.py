@@ -1,0 +1,117 @@
+"""The element-wise work of one layer (norms, RoPE, the MLP's activation, residual adds) as each
+stack runs it: HBM bytes per token and kernel launches, forward and backward.
+
+A GEMM's time is its math; these kernels' time is their bytes, and stacks differ by several
+times in how many they move:
+- fused (Megatron with Transformer Engine, nanotron, and any stack under torch.compile): each
+  norm reads its input and writes its output once, RoPE reads and writes q and k once, the
+  SwiGLU reads gate and up and writes their product; backward moves twice the forward's bytes.
+- eager PyTorch, as torchtitan's blocks run without torch.compile (fsdp2): nn.RMSNorm
+  decomposes into an fp32 upcast, pow, mean, rsqrt, two multiplies and a downcast (40 bytes per
+  element forward, about 120 backward); RoPE multiplies q and k as complex64 (fp32 pairs: 20
+  bytes per element); SiLU and the product are two kernels. Counted from PyTorch itself:
+  tests/calculators/test_elementwise_torch.py traces a torchtitan-style block's forward and
+  backward op by op (TorchDispatchMode on fake tensors) and checks the coefficients below.
+- eager Hugging Face modules (deepspeed): LlamaRMSNorm upcasts to fp32 and multiplies the
+  weight in bf16 (36 bytes per element forward); RoPE by rotate_half in bf16; checked the same way.
+PyTorch 2.8 added a fused rms_norm CUDA kernel (pytorch pull request 153666): the eager counts
+describe the PyTorch of the published torchtitan runs (2.4 to 2.7); on 2.8 and later an eager
+stack's norms cost about what a fused one's do.
+
+Coefficients: bytes per token per unit of width, for h (applied to the tokens of the norm
+regions, T/tp with sequence parallelism), q_dim and kv_dim (T tokens, sharded by tp), the MLP's
+intermediate width (T tokens, sharded) and the head dim (RoPE's table, read per token).
+"""
+from __future__ import annotations
+
+from ..specs.frameworks import fused_matmuls
+from ..specs.models import ModelSpec
+from ..specs.parallel import ParallelConfig
+
+# (h, q, kv, ffn, head_dim) bytes per token, and kernels, of a SwiGLU layer's element-wise ops
+FUSED = {"forward": ((20, 4, 4, 6, 0), 10), "backward": ((40, 8, 8, 12, 0), 20)}
+EAGER = {
+    "fsdp2": {"forward": ((92, 20, 20, 10, 8), 26), "backward": ((248, 20, 20, 18, 24), 50)},
+    "deepspeed": {"forward": ((84, 20, 20, 10, 8), 30), "backward": ((224, 32, 32, 18, 4), 56)},
+}
+# a 2-matrix MLP (GELU): the activation reads and writes the intermediate once forward (2 + 2
+# bytes), backward twice that; no product kernel
+GELU = {"forward": 4, "backward": 8}
+
+
+def style(par: ParallelConfig) -> str:
+    """"eager" for the stacks that run PyTorch ops unfused (fsdp2, deepspeed) without
+    torch.compile; else "fused"."""
+    return "eager" if par.framework in EAGER and not par.compile else "fused"
+
+
+def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: float) -> dict:
+    """{"forward": (bytes, kernels), "backward": (bytes, kernels)} of one layer's element-wise
+    work for `tokens` tokens of a micro-batch on one GPU. MoE layers add the permutation of the
+    routed tokens to their experts and back (K copies of each token each way, twice backward)."""
+    t = par.tp
+    t_sp = tokens / t if par.sp else tokens
+    table = EAGER[par.framework] if style(par) == "eager" else FUSED
+    if moe_layer and model.moe:
+        e = model.moe
+        f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+        permute = 2 * 2 * tokens * model.hidden * e.top_k        # bf16: K copies of each token out, and back
+    else:
+        f_local, permute = model.ffn / t, 0.0
+    cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
+    out = {}
+    for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
+        mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local
+        attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
+        nbytes = ch * t_sp * model.hidden + attn + mlp + (permute if way == "forward" else 2 * permute)
+        extra, extra_kernels = cast.get(way, (0.0, 0))
+        out[way] = (nbytes + extra, kernels + (4 if permute else 0) + extra_kernels)
+    return out
+
+
+# GEMMs whose input a Transformer Engine LayerNormLinear writes in FP8 as it normalises (dense q, k,
+# v and the dense MLP's gate and up read the norm's output); every other GEMM input is cast alone
+_NORM_FED = ("q", "k", "v", "gate", "up", "q_a", "kv_a")
+
+
+def fp8_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: float) -> dict:
+    """{"forward"/"backward": (bytes, kernels)} of the quantization passes FP8 GEMMs need beyond
+    the GEMMs themselves, for one layer, GEMM by GEMM (as the framework fuses them). A Hopper FP8
+    GEMM takes both operands in FP8 with the reduction dimension contiguous, so the weight-gradient
+    GEMM needs transposed copies too. The router stays in bf16.
+
+    - Transformer Engine (megatron, nanotron, deepspeed): the norm-fed GEMMs' inputs come out of
+      LayerNormLinear in FP8; every other input (the attention output, the activation, the
+      experts' dispatched tokens) is cast and transposed (read 2, write 1 + 1 bytes per element);
+      in backward each GEMM's output gradient is (cast_transpose, 4). Weights are cast once per
+      step and reused by later micro-batches (not counted).
+    - torchao float8, tensorwise dynamic scaling (fsdp2), eager: every Float8Linear finds its
+      input's abs-max (read 2) and casts it (read 2, write 1), 5 bytes per element, q, k and v
+      each for themselves; backward the same for each output gradient, and a transposed FP8 copy
+      of each input and gradient for the weight gradient (read 1, write 1). Under torch.compile
+      the abs-max and cast fuse into the producing kernel: 1 byte written per element, 2 for the
+      transposed copy."""
+    t = par.tp
+    fwd = bwd = 0.0
+    kernels = 0
+    seen_inputs = set()
+    for mm in fused_matmuls(model.layer_matmuls(moe_layer), par.framework):
+        if mm.name == "router":
+            continue
+        rows = tokens * (mm.used if mm.expert else 1)            # tokens through this GEMM
+        shard = par.etp if mm.expert else t
+        fan_in = mm.fan_in / (shard if mm.tp == "row" else 1)
+        fan_out = mm.fan_out / (shard if mm.tp == "col" else 1)
+        first = mm.name.split("+")[0]
+        shared_input = (mm.fan_in, mm.expert, mm.used) in seen_inputs
+        seen_inputs.add((mm.fan_in, mm.expert, mm.used))
+        kernels += 1
+        if par.framework == "fsdp2":
+            cast, grad = (1 + 2, 1 + 2 + 2) if par.compile else (5 + 2, 5 + 2 + 2)
+            fwd += rows * cast * fan_in
+            bwd += rows * grad * fan_out
+        else:
+            fed = first in _NORM_FED and not mm.expert and not first.startswith("shared_")
+            fwd += 0.0 if fed or shared_input else rows * 4 * fan_in
+            bwd += rows * 4 * fan_out
+    return {"forward": (fwd, kernels), "backward": (bwd, 2 * kernels)}

@@ -1,0 +1,86 @@
+"""FLOPs per token and per step, matmul by matmul; MFU and HFU.
+
+Conventions (to be stated wherever a FLOPs, MFU or HFU number is shown):
+- A matmul of a (n x k) by (k x m) costs 2 n k m FLOPs; each weight matrix in
+  ModelSpec.layer_matmuls costs 2 * fan_in * fan_out per token it touches (MoE experts: top_k).
+- Attention core (QK^T and scores.V) per token at position i costs 2 * a * i * (d_qk + d_v). With
+  causal masking (`causal=True`, the default) a kernel that skips masked blocks does on average
+  half of the full s x s work, so the count is 2 * a * (s/2) * (d_qk + d_v); `causal=False` counts
+  the full square, as PyTorch's FlopCounterMode and Megatron's reports do.
+- Training = forward + backward = 3x forward (backward computes input and weight gradients).
+- MFU counts model FLOPs only; HFU adds what recompute runs again (recomputed_flops_per_token: full
+  the layers' forward, core_attn the attention core's, op_sac the matmuls it does not keep).
+  Norms, activations and the optimizer are not counted.
+"""
+from __future__ import annotations
+
+from ..specs.models import ModelSpec
+
+
+def layer_matmul_flops(model: ModelSpec, moe_layer: bool) -> float:
+    """Forward FLOPs per token of one layer's weight matmuls (router and experts included)."""
+    return sum(2.0 * m.fan_in * m.fan_out * m.used for m in model.layer_matmuls(moe_layer))
+
+
+def attention_flops(model: ModelSpec, seq: int, causal: bool = True) -> float:
+    """Forward FLOPs per token of one layer's attention core (QK^T and softmax.V)."""
+    d_qk = model.q_dim // model.heads
+    d_v = model.attn_out_dim // model.heads
+    context = seq / 2 if causal else seq
+    return 2.0 * model.heads * context * (d_qk + d_v)
+
+
+def forward_flops_per_token(model: ModelSpec, seq: int, causal: bool = True) -> float:
+    layers = model.dense_mlp_layers * layer_matmul_flops(model, False)
+    if model.moe_layers:
+        layers += model.moe_layers * layer_matmul_flops(model, True)
+    attn = model.layers * attention_flops(model, seq, causal)
+    return layers + attn + 2.0 * model.hidden * model.vocab
+
+
+def model_flops_per_token(model: ModelSpec, seq: int, causal: bool = True) -> float:
+    """Training FLOPs per token for MFU: 3x forward."""
+    return 3.0 * forward_flops_per_token(model, seq, causal)
+
+
+def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
+                               framework: str = "megatron") -> float:
+    """Forward FLOPs per token that recompute runs again (calculators/specs/recompute.py): full the
+    layers' forward (1/N of it with layer:N), core_attn the attention core, op_sac the matmuls it
+    does not keep (every second one, the router, the experts)."""
+    from ..specs.recompute import policy, sac_saved
+    kind, every = policy(framework, recompute)
+    if kind == "full":
+        return (forward_flops_per_token(model, seq, causal) - 2.0 * model.hidden * model.vocab) / every
+    if kind == "core_attn":
+        return model.layers * attention_flops(model, seq, causal)
+    if kind == "op_sac":
+        total = 0.0
+        for moe, n in ((False, model.dense_mlp_layers), (True, model.moe_layers)):
+            mms = model.layer_matmuls(moe) if n else ()
+            total += n * sum(2.0 * m.fan_in * m.fan_out * m.used for m, kept in zip(mms, sac_saved(mms)) if not kept)
+        return total
+    return 0.0
+
+
+def hardware_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
+                             framework: str = "megatron") -> float:
+    """Training FLOPs per token actually executed, for HFU: model FLOPs plus recompute."""
+    return model_flops_per_token(model, seq, causal) + recomputed_flops_per_token(model, seq, recompute, causal,
+                                                                                  framework)
+
+
+def flops_per_step(model: ModelSpec, seq: int, gbs: int, causal: bool = True) -> float:
+    return model_flops_per_token(model, seq, causal) * seq * gbs
+
+
+def mfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, peak_tflops: float, causal: bool = True) -> float:
+    """Model FLOPs utilisation: achieved model FLOP/s per GPU over the dense peak."""
+    return tokens_per_s_per_gpu * model_flops_per_token(model, seq, causal) / (peak_tflops * 1e12)
+
+
+def hfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, recompute: str, peak_tflops: float,
+        causal: bool = True, framework: str = "megatron") -> float:
+    """Hardware FLOPs utilisation: as MFU, counting recomputed FLOPs too."""
+    return tokens_per_s_per_gpu * hardware_flops_per_token(model, seq, recompute, causal, framework) / (
+        peak_tflops * 1e12)

@@ -1,0 +1,211 @@
+"""Hardware profiles: the efficiency knobs of the time model, per GPU and cluster, with sources.
+
+A datasheet gives peaks; a profile says how much of them real kernels and collectives get. Every
+knob has a default and the source it came from; a profile is plain data, loadable from JSON, so
+`python -m benchmarks calibrate` can fit one from measured results ("your cluster") and the
+calculators and the app can load it.
+
+    profile = load_profile("my_cluster.json")      # or a dict; keys not given keep the defaults
+
+Knobs:
+- GEMMs (compute.gemm_time): the math runs at `gemm_fraction` of the dense peak, d / (d +
+  gemm_half_dim) of that where the smallest dimension d is small, and the operands and result
+  stream through HBM at `hbm_fraction`, the two added. H100's 0.70 is what a large bf16 GEMM
+  sustains at the card's 700 W power cap, measured on our H100 (8192^3 products back to back for
+  25 s: 690 TFLOP/s with the SM clock down to about 1,400 MHz; a single burst reaches 0.80;
+  validation/data/h100_harness). It is the GPU's rate; a framework's GEMMs may reach less inside a
+  step (frameworks.gemm_scale: nanotron's one-node runs fit 0.59). Megatron/NeMo's bf16 runs on
+  H100 and torchtitan's come out at it: validation.stacks, whose held-out runs went from 10.2% to
+  4.5% median error when this moved from the nanotron fit to the measurement. gemm_half_dim 128 is
+  one Hopper GEMM tile:
+  a smallest dimension one tile wide half-fills what a large one does. Among 64, 128, 256 and 512
+  it is where the one-node nanotron runs (median error 3.3%, against 3.6 to 7.0%) and the
+  published FP8 dense runs (3.3%, against 3.6 to 8.2%) come out best, though the whole nanotron
+  set's p90 was lowest at 512 when it was chosen (37.5% against 38.7%); a GPU's gemm rows refit
+  both knobs. FP8 GEMMs reach `fp8_gemm_fraction` of the FP8 peak.
+- attention: FlashAttention-2's forward + backward reaches `attention_fraction` of the bf16 peak at
+  its plateau (causal, head dim 128, 16k tokens); calculators/time/attention.py scales every kernel
+  (FA2, cuDNN, FA3) and length from there by the FlashAttention-3 paper's H100 measurements. H100:
+  303 TFLOP/s there, 0.306 of the peak.
+- memory-bound ops (norms, activations, residuals, RoPE, the optimizer) move their bytes at
+  `hbm_fraction` of the HBM bandwidth; every kernel costs at least `kernel_us`.
+- host: an eager framework's CPU (Python, autograd, kernel launches) needs `host_ms_per_layer` to
+  issue one transformer layer's forward and backward for one micro-batch, whatever its size; the
+  GPU cannot finish a layer sooner (a third of it bounds the forward, two thirds the backward).
+  It is why small micro-batches on wide TP run far below the GEMM roofline. Default 4.2 ms: what
+  `python -m benchmarks calibrate` fits to the 68 one-node nanotron runs bundled in
+  benchmarks/results; read off directly, the runs whose GPU work per layer is well under it (TP
+  2 to 8, mbs 1, pp 1) ran 4.4 to 4.6 ms per layer per micro-batch for the 1.34B, 3.57B and
+  8.86B models alike (16 to 32 layers, hidden 2,048 to 4,096): the framework's host cost, not
+  the GPU's work.
+  Captured or compiled graphs (CUDA graphs, torch.compile) lower it; 0 turns it off.
+- collectives: per tier ("intra" = NVLink inside a node, "inter" = the GPU's share of the node's
+  NICs), a per-step latency and the bus bandwidth each collective reaches as a fraction of the
+  link (nccl-tests' busbw convention). `fabric_gbps` caps what N nodes share across the fabric
+  (per-GPU inter-node bandwidth <= fabric_gbps / N; 0 = non-blocking). `ep_dispatch` is the
+  share of each link that DeepEP-style MoE dispatch and combine kernels move their bytes at.
+- overlap: the fraction of a communication that can hide behind compute when the framework
+  overlaps it (DP gradient buckets, ZeRO-3 prefetch, TP async, CP ring, EP all-to-all, PP sends).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from ..specs.errors import ConfigError
+from ..specs.limits import MAX_JSON_BYTES
+from ..specs.validate import check_fields, loads, number, show
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
+TIERS = ("intra", "inter")
+
+# Bus bandwidth reached on 256 MB messages, as a fraction of the link's one-way bandwidth.
+# intra: 8x H100 SXM on NVLink 4 (450 GB/s), medians of the 1-node AllReduce / AllGather /
+# ReduceScatter columns of the Ultra-Scale Playbook runs: 458 / 262 / 262 GB/s (all-reduce
+# exceeds the link because NVLink SHARP reduces in the switch). inter: nccl-tests on
+# InfiniBand NDR reach about 90% of the NIC line rate for large messages (NVIDIA DGX H100
+# reference architecture); all-gather and reduce-scatter keep their intra-node ratio.
+# ep_dispatch: DeepEP's normal (training) dispatch and combine kernels, the bytes they move over
+# each link: 153 to 158 GB/s on NVLink within a node of H800s (about 200 GB/s one way), and 43 to
+# 58 GB/s of RDMA between nodes on a 400 Gb/s (50 GB/s) NIC per GPU (DeepEP's README, DeepSeek-V3
+# pretraining setting); the lowest of each, 153/200 and 43/50.
+_H100_EFFICIENCY = {
+    "intra": {"all_reduce": 1.02, "all_gather": 0.58, "reduce_scatter": 0.58, "all_to_all": 0.5,
+              "broadcast": 0.58, "p2p": 0.8, "ep_dispatch": 0.77},
+    "inter": {"all_reduce": 0.9, "all_gather": 0.51, "reduce_scatter": 0.51, "all_to_all": 0.45,
+              "broadcast": 0.51, "p2p": 0.9, "ep_dispatch": 0.86},
+}
+
+
+# The knobs' bounds: fractions of a peak may exceed 1 a little (NVLink SHARP all-reduce reaches
+# 1.02 of the link), never 0; times and sizes are non-negative.
+KNOB_LIMITS = {"gemm_fraction": (1e-3, 1.5), "gemm_half_dim": (0.0, 1e5), "fp8_gemm_fraction": (1e-3, 1.5),
+               "attention_fraction": (1e-3, 1.5), "hbm_fraction": (1e-3, 1.5), "kernel_us": (0.0, 1e5),
+               "host_ms_per_layer": (0.0, 1000.0), "fabric_gbps": (0.0, 1e6)}
+OVERLAP_KINDS = ("dp", "zero3", "tp", "cp", "ep", "pp")
+# the nested tables: name -> (keys per level, (lowest, highest) of each value)
+_TABLES = {"latency_us": ((TIERS,), (0.0, 1e6)), "overlap": ((OVERLAP_KINDS,), (0.0, 1.0)),
+           "efficiency": ((TIERS, COLLECTIVES + ("ep_dispatch",)), (1e-3, 1.5))}
+
+
+def _table(p: list, kind: str, value) -> None:
+    """Problems of one of the profile's nested tables: every key there, every value in bounds."""
+    levels, (lo, hi) = _TABLES[kind]
+
+    def walk(where, got, depth):
+        want = levels[depth]
+        if not isinstance(got, dict):
+            p.append(f"{where} must be an object with keys {', '.join(want)} (got {show(got)})")
+            return
+        missing = [k for k in want if k not in got]
+        if missing:
+            p.append(f"{where} lacks {', '.join(missing)}")
+        for key in (k for k in want if k in got):
+            if depth + 1 < len(levels):
+                walk(f"{where}.{key}", got[key], depth + 1)
+            else:
+                number(p, f"{where}.{key}", got[key], lo, hi)
+    walk(f"profile.{kind}", value, 0)
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str = "default"
+    source: str = ""
+    gemm_fraction: float = 0.70          # a large bf16 GEMM sustained at the H100's 700 W cap (our measurement)
+    gemm_half_dim: float = 128.0         # smallest GEMM dim at which the math runs at half of it
+    fp8_gemm_fraction: float = 0.60      # FP8 GEMMs reach less of their (doubled) peak
+    attention_fraction: float = 0.306    # FlashAttention-2 fwd+bwd plateau on H100 (attention.ANCHOR / 989.4)
+    hbm_fraction: float = 0.80           # achievable share of HBM bandwidth for streaming kernels
+    kernel_us: float = 10.0              # minimum time of one eager kernel (launch + tail)
+    host_ms_per_layer: float = 4.2       # CPU time to issue one layer's forward + backward (eager)
+    latency_us: dict = field(default_factory=lambda: {"intra": 3.0, "inter": 15.0})   # per ring step
+    efficiency: dict = field(default_factory=lambda: {t: dict(v) for t, v in _H100_EFFICIENCY.items()})
+    fabric_gbps: float = 0.0             # 0: non-blocking fabric
+    overlap: dict = field(default_factory=lambda: {"dp": 0.9, "zero3": 0.8, "tp": 0.0, "cp": 0.9,
+                                                   "ep": 0.0, "pp": 0.0})
+
+    def __post_init__(self):
+        p = check_fields(self, "profile", KNOB_LIMITS, texts=("name",))
+        if not isinstance(self.source, str) or len(self.source) > 4000:
+            p.append(f"profile.source must be a string of at most 4,000 characters (got {show(self.source)})")
+        for kind in _TABLES:
+            _table(p, kind, getattr(self, kind))
+        if p:
+            raise ConfigError(p)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _merge(base: dict, over: dict, where: str) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if key not in base:
+            raise ConfigError(f"{where} has unknown key {show(key)}; known: {', '.join(sorted(base))}")
+        out[key] = _merge(base[key], value, f"{where}.{key}") if isinstance(base[key], dict) and \
+            isinstance(value, dict) else value
+    return out
+
+
+def profile_from_dict(data: dict, base: HardwareProfile | None = None) -> HardwareProfile:
+    """A profile from plain data; keys not given keep `base`'s values (default: H100)."""
+    if not isinstance(data, dict):
+        raise ConfigError("a hardware profile must be a JSON object")
+    base = base or default_profile("H100-80GB")
+    merged = _merge(base.as_dict(), data, "profile")
+    return HardwareProfile(**{f.name: merged[f.name] for f in fields(HardwareProfile)})
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """A profile from a JSON file (a regular file of at most MAX_JSON_BYTES)."""
+    if "\x00" in str(path) or len(str(path)) > 4096:
+        raise ConfigError(f"profile file {show(str(path))} is not a file name")
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise ConfigError(f"profile file {show(str(path))} " + ("is not a regular file" if path.exists() else
+                                                                    "not found"))
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ConfigError(f"profile file {show(str(path))} is over {MAX_JSON_BYTES:,} bytes")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"profile file {show(str(path))} cannot be read ({exc.strerror})") from None
+    return profile_from_dict(loads(data, f"profile file {show(str(path))}"))
+
+
+def save_profile(profile: HardwareProfile, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(profile.as_dict(), indent=1) + "\n")
+
+
+_H100 = HardwareProfile(
+    name="H100-80GB",
+    source="GEMM and attention: FlashAttention-3 paper (Shah et al. 2024) measures FlashAttention-2 "
+           "at 35-40% of the H100 peak forward and less backward, cuBLAS bf16 GEMMs near 70%; the "
+           "compute knobs were then checked against the 68 one-node nanotron runs (validation/time.py), "
+           "so they describe eager PyTorch on H100 SXM; host_ms_per_layer: fitted to the one-node "
+           "nanotron runs by benchmarks/calibrate.py; collectives: _H100_EFFICIENCY",
+)
+
+PROFILES: dict[str, HardwareProfile] = {
+    "H100-80GB": _H100,
+    "H200-141GB": replace(_H100, name="H200-141GB"),
+    "A100-40GB": replace(_H100, name="A100-40GB", gemm_fraction=0.78, attention_fraction=0.45,
+                         source="A100: cuBLAS bf16 reaches ~80-85% of 312 TFLOP/s on large shapes and "
+                                "FlashAttention-2 50-70% forward (Dao 2023), lowered as for H100 for "
+                                "eager execution; collectives as H100 (unchecked)"),
+    "A100-80GB": replace(_H100, name="A100-80GB", gemm_fraction=0.78, attention_fraction=0.45,
+                         source="as A100-40GB"),
+    "B200": replace(_H100, name="B200", source="no published efficiencies used; H100's fractions"),
+    "GB200": replace(_H100, name="GB200", source="no published efficiencies used; H100's fractions"),
+    "MI300X": replace(_H100, name="MI300X", gemm_fraction=0.60, attention_fraction=0.35,
+                      source="MI300X: hipBLASLt bf16 GEMMs reach ~55-65% of the 1,307 TFLOP/s peak "
+                             "(public MI300X GEMM benchmarks); collectives as H100"),
+}
+
+
+def default_profile(gpu_name: str) -> HardwareProfile:
+    if gpu_name in PROFILES:
+        return PROFILES[gpu_name]
+    return replace(_H100, name=gpu_name, source="custom GPU: H100's fractions")

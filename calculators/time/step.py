@@ -1,0 +1,387 @@
+"""Step time: compute + exposed communication + pipeline bubble + optimizer, and where it goes.
+
+    step = pipeline makespan (simulated: every micro-batch through every stage, with the
+           exposed TP/CP/EP communication inside each op and p2p between ranks)
+         + exposed data-parallel gradient sync (overlapped with the last micro-batch's backward)
+         + optimizer step + ZeRO-1/2's parameter all-gather after it
+
+Each layer's forward and backward take at least the host's time to issue them
+(profile.host_ms_per_layer: eager frameworks' Python, autograd and launches; times
+frameworks.host_scale where a framework's host is measured slower); the GPU's wait for the host is
+its own entry in the breakdown ("host_bound").
+
+Communication kinds and what hides them (profile.overlap gives the hidden fraction):
+- TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
+  and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
+  pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
+  as the GEMMs last). Without it, Megatron's and nanotron's column-parallel linears all-gather
+  their saved input shard again in backward beside the input-gradient GEMM and reduce-scatter that
+  gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped): two more
+  all-gathers per layer, each collective hidden as far as its GEMM lasts.
+- CP (ring attention): each rank sends its K and V around the ring while attention computes.
+- EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
+  (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
+  (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute, as far as that
+  compute lasts.
+- DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
+  framework's buckets (each paying its latency) and overlapped with backward (the last
+  micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
+  frameworks.grad_sync_windows); ZeRO-1/2 then
+  gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
+  all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
+  every micro-batch, prefetched behind compute.
+- PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary;
+  it holds its sender except in Megatron's interleaved schedule (frameworks.p2p_overlapped).
+
+MFU counts model FLOPs (flops.py, causal attention counted as half the square) against the
+dense bf16 peak; HFU adds recompute. Both are stated with their convention in `as_dict`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from . import flops as fl
+from ..memory.activations import BF16, tokens
+from .comm import collective_time, dispatch_time, expert_group, group
+from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
+from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
+from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale, p2p_overlapped,
+                         shard_copy_bytes, tp_backward_overlapped)
+from ..specs.hardware import ClusterSpec
+from ..memory.estimate import kind_params, pipeline_stages, stage_layers
+from ..specs.models import ModelSpec
+from ..specs.parallel import ParallelConfig
+from ..pipeline.simulate import Timeline, simulate_long
+from ..pipeline.schedules import n_stages, stage_owner, stages_of_rank
+from .profiles import HardwareProfile, default_profile
+from ..specs.recompute import reissue
+
+@dataclass(frozen=True)
+class StepEstimate:
+    time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    tflops_per_gpu: float
+    bubble_fraction: float
+    breakdown: dict = field(default_factory=dict)   # seconds per step on the slowest rank
+    pipeline: str = "simulated"  # how the pipeline was timed: simulated, extrapolated or closed form
+    def as_dict(self) -> dict:
+        return {"time_s": self.time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
+                "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu, "bubble_fraction": self.bubble_fraction,
+                "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline,
+                "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
+                              "counted as half the square, over the dense bf16 peak; seconds per step"}
+
+
+def _layer_comm(model, par, cluster, profile, moe_layer, lt):
+    """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction of
+    the forward's, hidden fraction of the backward's)}."""
+    T = tokens(par)
+    act = BF16 * T * model.hidden
+    attn_time, gemm_time = lt.attention, lt.gemm
+    out = {}
+    if par.tp > 1:
+        g = group("tp", par, cluster)
+        if par.sp:
+            ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
+        one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
+        hidden = _tp_hidden(par, 2 * one, gemm_time, profile)
+        out["tp"] = (2 * one, 2 * one, hidden, hidden)
+        if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
+            # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
+            # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,
+            # then reduce-scatters that gradient beside its weight-gradient GEMM (each as long as
+            # the group's forward GEMM)
+            bwd = 4 * ag + 2 * rs
+            hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms)
+            out["tp"] = (2 * one, bwd, hidden, max(hidden, hid / bwd))
+    if par.cp > 1:
+        kv = BF16 * T * 2 * model.kv_dim / par.tp
+        g = group("cp", par, cluster)
+        # Megatron/Transformer Engine pass each rank's K and V around the ring, cp - 1 sends per
+        # layer, each under the attention of the chunk already there (cp_comm_type p2p); torch's
+        # context parallelism (torchtitan) all-gathers them (its default rotate method)
+        fwd = (par.cp - 1) * collective_time("p2p", kv, g, cluster, profile) if par.framework == "megatron" else \
+            collective_time("all_gather", kv * par.cp, g, cluster, profile)
+        hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
+        out["cp"] = (fwd, 2 * fwd, hidden, hidden)
+    if moe_layer and par.ep > 1:
+        g = expert_group("ep", par, cluster)
+        mine, moe = act / (par.tp if par.sp else 1), model.moe
+        a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
+            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
+            else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
+        # DualPipe, and Megatron's overlap_moe_expert_parallel_comm in 1F1B, pair one micro-batch's
+        # forward with another's backward: each one's dispatch and combine run under the other's
+        # compute, so they hide as far as that compute lasts
+        paired = lt.total - lt.recompute                  # the layer's forward and backward
+        hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" or par.ep_overlap \
+            else profile.overlap["ep"]
+        out["ep"] = (a2a, a2a, hidden, hidden)
+    return out
+
+
+def _tp_hidden(par, comm: float, gemm: float, profile) -> float:
+    """Hidden fraction of a layer's TP collectives. Pipelined with their GEMMs (tp_overlap:
+    Transformer Engine splits each all-gather/reduce-scatter into tp ring steps, each running
+    under the GEMM on the chunk already there), one step in tp stays exposed and the rest hides
+    only as far as the layer's GEMMs last (the forward's, the shorter; backward runs two).
+    Without it, the profile's overlap["tp"] (0: the collective waits for its GEMM)."""
+    if not par.tp_overlap or comm <= 0:
+        return profile.overlap["tp"]
+    exposed = max(comm / par.tp, comm - gemm)
+    return max(profile.overlap["tp"], 1 - exposed / comm)
+
+
+def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: float = 0.0, scale: float = 1.0):
+    """A layer's (F, B, W) per micro-batch with the host's issue time as their floor, and the time
+    the GPU waits for the host. The host issues a third of profile.host_ms_per_layer (times the
+    framework's `scale`, frameworks.host_scale) in the forward and two thirds in the backward (I
+    and W share it by their GPU time); recompute issues `refwd` of the forward again inside the
+    backward (recompute.reissue: 1 for a full recompute)."""
+    host = profile.host_ms_per_layer * scale * 1e-3
+    hf, hb = host / 3, 2 * host / 3 + host / 3 * refwd
+    f2 = max(f, hf)
+    stretch = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
+    return (f2, b * stretch, w * stretch), (f2 - f) + (b + w) * (stretch - 1)
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-micro-batch cost of every pipeline stage, with exposed TP/CP/EP communication inside."""
+    f: tuple                     # forward, per stage
+    b: tuple                     # backward-input (B = b + w), per stage
+    w: tuple                     # backward-weight, per stage
+    p2p: float                   # one activation send between two pipeline ranks
+    layer: dict                  # per (moe?, recompute mode): (forward, backward-input, backward-weight)
+    parts: dict                  # per (moe?, recompute mode): (LayerTime, {comm kind: (fwd, bwd, hidden)},
+                                 #   seconds the GPU waits for the host)
+    layers: tuple                # layer indices per pipeline rank
+
+
+def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+                profile: HardwareProfile) -> StageCosts:
+    profile = framework_profile(profile, par.framework)
+    gpu, p = cluster.gpu, par.pp
+    v = par.vpp if par.schedule == "interleaved" else 1
+    T = tokens(par)
+    kinds, parts = {}, {}                  # per (moe?, recompute mode)
+    # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
+    acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
+    copies = shard_copy_bytes(par.framework, par.zero) if par.dp * par.cp > 1 else (0.0, 0.0)
+    tp_g = group("tp", par, cluster)
+    scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
+    for mode, mp in par.by_recompute().items():
+        for moe in model.layer_kinds:
+            lt = layer_time(model, mp, moe, gpu, profile)
+            comm = _layer_comm(model, par, cluster, profile, moe, lt)
+            exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
+            exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
+            params, tensors = sum(kind_params(model, par, moe)), sum(layer_tensors(model, par, moe))
+            acc = acc_bytes and memory_time(acc_bytes * params, tensors, gpu, profile)
+            # sharded data parallelism's copies around its gathers and reduce-scatters
+            copy_f, copy_b = (c and memory_time(c * params, tensors, gpu, profile) for c in copies)
+            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f + copy_f, lt.backward_input + exp_b,
+                                                   lt.backward_weight + acc + copy_b, profile,
+                                                   reissue(par.framework, mode), scale)
+            parts[(moe, mode)] = (lt, comm, waits)
+    S = n_stages(par.schedule, p, v)
+    f, b, w = [0.0] * S, [0.0] * S, [0.0] * S
+    per_stage = {}                         # (dense layers, MoE layers, mode) -> work per micro-batch
+    owner = stage_owner(par.schedule, p, v)
+    stages = pipeline_stages(model, par)
+    for st, stage in enumerate(stages):
+        n_moe = model.moe_layers_in(stage)
+        mode = par.rank_recompute(owner[st])
+        key = (len(stage) - n_moe, n_moe, mode)
+        if key not in per_stage:
+            per_stage[key] = [sum((n_moe if moe else key[0]) * kinds[(moe, mode)][i] for moe in model.layer_kinds)
+                              for i in range(3)]
+        f[st], b[st], w[st] = per_stage[key]
+    ef, eb = embedding_time(model, par, gpu, profile)
+    of, ob, ow = output_layer_time(model, par, gpu, profile)
+    embedding_acc = acc_bytes and memory_time(acc_bytes * model.vocab * model.hidden / par.tp, 1, gpu, profile)
+    f[0] += ef
+    b[0] += eb
+    w[0] += embedding_acc
+    f[S - 1] += of
+    b[S - 1] += ob
+    w[S - 1] += ow + (embedding_acc if not model.tied_embeddings or p > 1 else 0.0)
+    p2p_bytes = BF16 * T * model.hidden / (par.tp if par.sp else 1)
+    p2p = collective_time("p2p", p2p_bytes, group("pp", par, cluster), cluster, profile) if p > 1 else 0.0
+    # A blocking send holds its sender for the transfer (overlap["pp"] = 0: nanotron's and
+    # Megatron's 1F1B wait on their sends; Megatron's interleaved schedule and async engines hide
+    # it): forwards send activations on, backwards send gradients back.
+    blocking = 0.0 if p2p_overlapped(par.framework, par.schedule) else p2p * (1 - profile.overlap["pp"])
+    for st in range(S - 1):
+        f[st] += blocking
+        b[st + 1] += blocking
+    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, stage_layers(model, par))
+
+
+_SCALED: dict = {}                 # id(profile), framework -> (profile, its framework's copy)
+
+
+def framework_profile(profile: HardwareProfile, framework: str) -> HardwareProfile:
+    """The profile with the GEMM rate the framework reaches inside a step (frameworks.gemm_scale);
+    the same profile where that is the GPU's. Kept per profile: the planner asks thousands of times."""
+    scale = gemm_scale(framework)
+    if scale == 1.0:
+        return profile
+    key = (id(profile), framework)
+    hit = _SCALED.get(key)
+    if hit is None or hit[0] is not profile:
+        if len(_SCALED) > 64:
+            _SCALED.clear()
+        hit = _SCALED[key] = (profile, replace(profile, gemm_fraction=profile.gemm_fraction * scale))
+    return hit[1]
+
+
+def rank_busy(schedule: str, p: int, v: int, costs: StageCosts) -> list[float]:
+    """Each rank's work per micro-batch (all its stages' F + B + W)."""
+    per_stage = [x + y + z for x, y, z in zip(costs.f, costs.b, costs.w)]
+    if len(per_stage) == p:
+        return per_stage
+    return [sum(per_stage[st] for st in stages_of_rank(schedule, p, v, r)) for r in range(p)]
+
+
+def pipeline_time(schedule: str, p: int, m: int, v: int, costs: StageCosts) -> float:
+    """The pipeline's makespan in closed form, for a planner that scores thousands of layouts
+    (the simulator times the finalists). With B_r a rank's work per micro-batch:
+    m max(B_r) + fill and drain, where fill and drain is the other ranks' work once ((p-1)B
+    when balanced: the (p-1)/m bubble), divided by v interleaved; ZB-H1's W's fill the drain,
+    leaving F + I - W per rank (a third of 1F1B's when F = I = W); each rank boundary pays one
+    p2p latency going down and one coming back."""
+    S = len(costs.f)
+    busy = rank_busy(schedule, p, v, costs)
+    top = max(range(p), key=busy.__getitem__)
+    if schedule == "zb":
+        fill = sum(max(0.0, costs.f[r] + costs.b[r] - costs.w[r]) for r in range(p) if r != top)
+    elif schedule == "dualpipe":   # two micro-batches' F and B overlap: about half of 1F1B's fill
+        fill = (sum(busy) - busy[top]) / 2
+    else:
+        fill = (sum(busy) - busy[top]) / v
+    return m * busy[top] + fill + 2 * (p - 1) * costs.p2p * (S > 1)
+
+
+def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
+                  profile: HardwareProfile | None = None, pipeline: str = "simulate") -> StepEstimate:
+    """pipeline="simulate" times every op (the answer); "closed" uses `pipeline_time` (fast)."""
+    if pipeline not in ("simulate", "closed"):
+        raise ValueError(f"pipeline must be 'simulate' or 'closed' (got {pipeline!r})")
+    profile = profile or default_profile(cluster.gpu.name)
+    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+    v = par.vpp if par.schedule == "interleaved" else 1
+    costs = stage_costs(model, cluster, par, profile)
+    f, b, w, p2p, parts, layers = costs.f, costs.b, costs.w, costs.p2p, costs.parts, costs.layers
+    timeline, how = (None, "closed form")
+    if pipeline == "simulate":
+        timeline, how = _simulated(par.schedule, p, m, v, f, b, w, p2p)
+    if timeline is None:
+        busy = tuple(m * x for x in rank_busy(par.schedule, p, v, costs))
+        timeline = Timeline(makespan=pipeline_time(par.schedule, p, m, v, costs), busy=busy)
+
+    tail, tail_parts = pipeline_tail(model, cluster, par, profile, costs)
+    time_s = timeline.makespan + tail
+
+    tokens_per_gpu = par.gbs * par.seq / time_s / cluster.world
+    peak = gpu.bf16_tflops * 1e12
+    mflops = fl.model_flops_per_token(model, par.seq)
+    # with recompute per rank, each rank's layers at its own mode
+    layers_by_mode = {}
+    for r, rank_layers in enumerate(layers):
+        mode = par.rank_recompute(r)
+        layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
+    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode, framework=par.framework)
+                 for mode, n in layers_by_mode.items()) / model.layers
+    busiest = max(range(p), key=lambda r: timeline.busy[r])
+    breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},
+                           layers[busiest], model, m, timeline, tail_parts)
+    return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
+                        hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
+                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown, pipeline=how)
+
+
+def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
+    """What follows the pipeline: exposed data-parallel sync, ZeRO traffic and the optimizer step,
+    per pipeline rank (the slowest one counts), and its parts."""
+    gpu, p, m = cluster.gpu, par.pp, par.microbatches
+    v = par.vpp if par.schedule == "interleaved" else 1
+    f, b, w, S = costs.f, costs.b, costs.w, len(costs.f)
+    tail, tail_parts = 0.0, {}
+    dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
+    grad_bytes = GRAD_REDUCE_BYTES[par.framework]
+    per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
+    per_tensors = {moe: layer_tensors(model, par, moe) for moe in model.layer_kinds}
+    seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
+    for r, rank_layers in enumerate(costs.layers):
+        mine = stages_of_rank(par.schedule, p, v, r)
+        n_moe = model.moe_layers_in(rank_layers)
+        compute = sum(f[st] + b[st] + w[st] for st in mine)
+        last_bwd = sum(b[st] + w[st] for st in mine)
+        first_fwd = sum(f[st] for st in mine)
+        signature = (len(rank_layers), n_moe, 0 in mine, S - 1 in mine, compute, last_bwd)
+        if signature in seen:
+            continue
+        seen.add(signature)
+        dense = expert = 0.0
+        tensors = [0, 0]                 # parameter tensors (dense, expert): ZeRO gathers may go one by one
+        for moe, (d, e) in per_kind.items():
+            n = n_moe if moe else len(rank_layers) - n_moe
+            dense, expert = dense + n * d, expert + n * e
+            tensors[0] += n * per_tensors[moe][0]
+            tensors[1] += n * per_tensors[moe][1]
+        for end in (0 in mine, S - 1 in mine and (not model.tied_embeddings or p > 1)):
+            if end:
+                dense += model.vocab * model.hidden / par.tp
+                tensors[0] += 2                       # the embedding or output matrix, and a norm
+        sync, exposed_extra, hidden_extra = dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
+                                                    expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
+        windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
+        dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
+        shard = dense_g.size if par.zero >= 1 else 1
+        opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
+        if dp_exposed + exposed_extra + opt >= tail:
+            tail = dp_exposed + exposed_extra + opt
+            tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,
+                          "optimizer": opt}
+    return tail, tail_parts
+
+
+def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, profile: HardwareProfile,
+                     costs: StageCosts | None = None) -> float:
+    """estimate_step(..., pipeline="closed").time_s without the rest of the estimate: the
+    planner's score. Stage costs do not depend on the ZeRO stage or the global batch, so layouts
+    that differ only there may share `costs` (stage_costs of any of them)."""
+    costs = costs or stage_costs(model, cluster, par, profile)
+    v = par.vpp if par.schedule == "interleaved" else 1
+    return pipeline_time(par.schedule, par.pp, par.microbatches, v, costs) + \
+        pipeline_tail(model, cluster, par, profile, costs)[0]
+
+
+@lru_cache(maxsize=128)
+def _simulated(schedule, p, m, v, f, b, w, p2p):
+    """Layouts that differ only after the pipeline (ZeRO stage, say) share its simulation."""
+    return simulate_long(schedule, p, m, v, f, b, w, p2p)
+
+
+def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
+    n_moe = model.moe_layers_in(rank_layers)
+    out, hidden_s = {"compute": 0.0, "recompute": 0.0, "host_bound": 0.0}, {}
+    for moe, (lt, comm, waits) in parts.items():
+        n = m * (n_moe if moe else len(rank_layers) - n_moe)
+        out["compute"] += n * (lt.total - lt.recompute)
+        out["recompute"] += n * lt.recompute
+        out["host_bound"] += n * waits
+        for kind, (fw, bw, hf, hb) in comm.items():
+            out[f"{kind}_exposed"] = out.get(f"{kind}_exposed", 0.0) + n * (fw * (1 - hf) + bw * (1 - hb))
+            hidden_s[kind] = hidden_s.get(kind, 0.0) + n * (fw * hf + bw * hb)
+    # the rest of the busiest rank's op time: embedding, output layer and loss, summing the
+    # micro-batches' gradients (frameworks.grad_accumulation_bytes), blocking p2p sends
+    out["other"] = max(timeline.busy) - sum(out.values())
+    out["bubble"] = timeline.makespan - max(timeline.busy)
+    out.update(tail_parts)
+    out.update({f"{kind}_hidden": v for kind, v in hidden_s.items()})
+    return out

@@ -1,0 +1,40 @@
+"""Memory through a training step on the most loaded GPU: what is allocated at each phase of the
+first two steps (the shape of PyTorch's memory profile of a training loop).
+
+Phases and what is live (W weights, M fp32 master, G gradients, O Adam moments, A activations of
+the in-flight micro-batches, X framework buffers, all from estimate_memory's worst stage):
+    init                    W + M (+ G when the framework keeps a persistent gradient buffer)
+    step 1 forward peak     + A + X
+    step 1 backward end     activations freed, gradients written: W + M + G + X
+    step 1 optimizer        Adam allocates its moments lazily on the first step: + O
+    step 2 forward peak     W + M + O + A + X (+ G if persistent; else zero_grad freed them)
+    step 2 backward peak    W + M + G + O + A + X: the estimate's total, the step's peak
+    step 2 optimizer        W + M + G + O + X
+Persistent gradient buffers: Megatron-LM, nanotron and DeepSpeed allocate one contiguous buffer
+at init; PyTorch FSDP2 (zero_grad(set_to_none=True)) frees gradients between steps. The peak is
+the same either way: the second step has everything at once (the first lacks the moments), so
+"it fit the first step" proves nothing.
+"""
+from __future__ import annotations
+
+from ..memory.estimate import MemoryEstimate
+
+PERSISTENT_GRADS = ("megatron", "nanotron", "deepspeed")
+
+
+def step_timeline(est: MemoryEstimate, framework: str) -> list[tuple[str, dict]]:
+    """[(phase, {role: GiB})] for the most loaded GPU."""
+    s = est.worst
+    W, M, G, O, A, X = (s.weights_gib, s.master_gib, s.grads_gib, s.optimizer_gib, s.activations_gib,
+                        s.other_gib)
+    keep_g = G if framework in PERSISTENT_GRADS else 0.0
+
+    def roles(g=0.0, o=0.0, a=0.0, x=0.0):
+        return {"weights": W, "fp32 master": M, "gradients": g, "Adam moments": o, "activations": a, "buffers": x}
+    return [("init", roles(g=keep_g)),
+            ("step 1 forward peak", roles(g=keep_g, a=A, x=X)),
+            ("step 1 backward end", roles(g=G, x=X)),
+            ("step 1 optimizer", roles(g=G, o=O, x=X)),
+            ("step 2 forward peak", roles(g=keep_g, o=O, a=A, x=X)),
+            ("step 2 backward peak", roles(g=G, o=O, a=A, x=X)),
+            ("step 2 optimizer", roles(g=G, o=O, x=X))]
