@@ -117,9 +117,11 @@ def scenario_from(values: dict):
     if values.get("batch") == "follows" and "gbs" in par:
         unit = par.get("dp", 1) * par.get("mbs", 1)
         par["gbs"] = unit * max(1, round(par["gbs"] / unit))
-    for k in ("recompute", "schedule", "precision", "framework", "dispatcher"):
+    for k in ("recompute", "schedule", "precision", "framework", "dispatcher", "loss"):
         if k in values:
             par[k] = values[k]
+    if "compile" in values:
+        par["compile"] = flag(values["compile"])
     for k in ("sp", "tp_overlap"):            # both mean something only with TP
         if k in values:
             par[k] = flag(values[k]) and par.get("tp", 1) > 1
