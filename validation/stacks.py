@@ -14,6 +14,7 @@ a model worth its complexity must beat.
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,6 +105,18 @@ def _loss(settings: str) -> str:
     return ""
 
 
+def _dispatcher(settings: str) -> str:
+    """deepep where a row names DeepEP or HybridEP (both send a token once per node, and once per
+    GPU inside it, that holds one of its experts), unless it says dispatcher=alltoall."""
+    text = settings.replace(" ", "").lower()
+    return "deepep" if ("deepep" in text or "hybridep" in text) and "dispatcher=alltoall" not in text else "alltoall"
+
+
+def _ep_overlap(settings: str) -> bool:
+    """Whether a row runs Megatron's EP overlap (moe_a2a_overlap, A2A_OVERLAP=1)."""
+    return re.search(r"a2a_overlap\s*=\s*(1|true)\b", settings, re.I) is not None
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -128,7 +141,7 @@ def _run(line: int, row: dict) -> Run:
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
-                         dispatcher="deepep" if "deepep" in row["other_settings"].lower() else "alltoall",
+                         dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
