@@ -16,7 +16,9 @@ from .explain import runs_text as split_text
 from ..memory.estimate import pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
+from ..specs.frameworks import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
+from ..specs.recompute import policy
 
 FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
@@ -124,6 +126,22 @@ def _torchtitan_stages(model, par, notes) -> list:
     return []
 
 
+def _torchtitan_recompute(par, notes) -> list:
+    """torchtitan's [activation_checkpoint] (its TOML releases, v0.2): mode "none", "full" or
+    "selective" with selective_ac_option "op" (op-level SAC) or "N" (every N-th block in full)."""
+    kind, every = policy(par.framework, par.recompute)
+    if kind == "none":
+        return ['mode = "none"']
+    if kind == "full" and every == 1:
+        return ['mode = "full"']
+    if kind == "full":
+        return ['mode = "selective"', f'selective_ac_option = "{every}"']
+    if kind == "core_attn":
+        notes.append("torchtitan has no attention-core-only recompute: exported as its op-level selective "
+                     "checkpointing, which also recomputes half the matmuls and the element-wise ops")
+    return ['mode = "selective"', 'selective_ac_option = "op"']
+
+
 def _torchtitan(model, cluster, par, _ref):
     notes = []
     replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
@@ -146,8 +164,12 @@ def _torchtitan(model, cluster, par, _ref):
     if par.ep > 1:
         lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
         notes += _alltoall_only(par, "torchtitan")
-    lines += ["", "[activation_checkpoint]", f'mode = "{par.recompute}"', "", "[training]",
+    lines += ["", "[activation_checkpoint]", *_torchtitan_recompute(par, notes), "", "[training]",
               f"local_batch_size = {par.gbs // par.dp}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
+    if par.compile:
+        # torchtitan compiles the blocks and, by default, the loss (compile.components)
+        components = '"model", "loss"' if loss_kernel(par) == "compiled" else '"model"'
+        lines += ["", "[compile]", "enable = true", f"components = [{components}]"]
     if par.precision == "fp8":
         lines += ["", "[model]", 'converters = ["float8"]']
     if par.tp > 1 and not par.sp:

@@ -230,6 +230,27 @@ def test_torchtitan_export_sizes_stages_as_torchtitan_counts_them():
     assert any("7/8x14/9" in n for n in notes)
 
 
+def test_torchtitan_export_spells_recompute_and_compile_as_torchtitan_reads_them():
+    """[activation_checkpoint] takes mode none/full/selective and selective_ac_option "op" or "N"
+    (torchtitan's TOML releases); [compile] lists the loss when the loss is compiled."""
+    cluster = ClusterSpec(H100, nodes=1, gpus_per_node=8)
+    l8 = model_from_name("llama3-8b")
+    cases = {"none": 'mode = "none"', "full": 'mode = "full"', "selective": 'selective_ac_option = "op"',
+             "op_sac": 'selective_ac_option = "op"', "layer:2": 'selective_ac_option = "2"', "layer:1": 'mode = "full"'}
+    for recompute, line in cases.items():
+        par = ParallelConfig(dp=8, zero=3, gbs=8, seq=8192, framework="fsdp2", recompute=recompute)
+        titan, _ = export("torchtitan", l8, cluster, par)
+        mode = titan.split("[activation_checkpoint]\nmode = ")[1].split("\n")[0]
+        assert line in titan and mode in ('"none"', '"full"', '"selective"'), (recompute, mode)
+        assert "[compile]" not in titan
+    _, notes = export("torchtitan", l8, cluster, replace(par, recompute="core_attn"))
+    assert any("attention-core" in n for n in notes)
+    titan, _ = export("torchtitan", l8, cluster, replace(par, compile=True))
+    assert '[compile]\nenable = true\ncomponents = ["model", "loss"]' in titan
+    titan, _ = export("torchtitan", l8, cluster, replace(par, compile=True, loss="eager"))
+    assert 'components = ["model"]' in titan
+
+
 def test_interleaved_405b_takes_megatrons_split():
     """126 layers do not divide into 16 x v stages; counting the embedding and the loss as layers
     (Megatron's flags) they do, so the planner can propose Llama 3's interleaved pipeline, label it
