@@ -84,7 +84,7 @@ def young_daly_interval(write_s: float, mtbf_s: float) -> float:
     if write_s >= 2 * mtbf_s:
         return mtbf_s
     x = write_s / (2 * mtbf_s)
-    return math.sqrt(2 * write_s * mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - write_s
+    return math.sqrt(2 * write_s) * math.sqrt(mtbf_s) * (1 + math.sqrt(x) / 3 + x / 9) - write_s   # no overflow
 
 
 def goodput(model: ModelSpec, gpus: int, framework: str = "megatron", zero: int = 1,
@@ -99,8 +99,8 @@ def goodput(model: ModelSpec, gpus: int, framework: str = "megatron", zero: int 
     mtbf = 1 / rate if rate > 0 else math.inf
     tau = interval_s if interval_s is not None else young_daly_interval(write, mtbf)
     lost = restart_s + write                                   # a restart reads the checkpoint back
-    if math.isinf(mtbf):
-        share = 1.0 if math.isinf(tau) else tau / (tau + write)   # no failures: only the writes cost
+    if math.isinf(mtbf) or math.isinf(tau) or (tau + write) / mtbf == 0:   # no failures, or too few to count
+        share = 1.0 if math.isinf(tau) else tau / (tau + write)   # only the writes cost
     else:
         # log of T_wall / T_work, so that a hopeless case is a small number, not an overflow
         log_ratio = math.log(mtbf / tau) + lost / mtbf + _log_expm1((tau + write) / mtbf)

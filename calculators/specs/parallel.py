@@ -72,7 +72,7 @@ class ParallelConfig:
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")
-        if self.split:
+        if self.split != ():             # an empty dict or string is not "no split": it is refused
             # the first and last stage may hold no layer: only the embedding, only the loss (Megatron)
             whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 0, limits.MAX_LAYERS)
             require(p, not isinstance(self.split, (list, tuple)) or 0 not in self.split[1:-1],

@@ -95,7 +95,9 @@ def test_errors_name_the_field_the_value_and_the_limit():
                 b'"profile": {"efficiency": -1}': "profile.efficiency must be an object",
                 b'"gbs": NaN': "NaN and Infinity are not JSON numbers",
                 b'"gbs": 1e999': "too large for a float",
-                b'"nodes": 1000000000': "hardware.nodes must be from 1 to 131,072"}
+                b'"nodes": 1000000000': "hardware.nodes must be from 1 to 131,072",
+                b'"split": {}': "parallel.split (layers of each pipeline stage) must be a list",
+                b'"loss": "fused"': "parallel.loss must be one of"}
     for fragment, message in expected.items():
         hits = [error for line, error in said.items() if fragment in line]
         assert hits and all(message in e for e in hits), (fragment, hits)
