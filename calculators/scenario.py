@@ -64,13 +64,23 @@ def _model_cached(text: str) -> ModelSpec:
     return _build(ModelSpec, data, "model", skip=("source",))
 
 
+def _key(data, where: str) -> str:
+    """`data` as the JSON text its cache is keyed by. An in-process caller can pass what a JSON
+    line cannot carry (an integer of over 4,300 digits, a set, keys of mixed types): refused."""
+    try:
+        return json.dumps(data, sort_keys=True)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ConfigError(f"{where} holds a value JSON cannot carry ({str(exc)[:80]}); send plain JSON numbers, "
+                          "strings, lists and objects") from None
+
+
 def parse_model(data) -> ModelSpec:
     if isinstance(data, str):
         return model_from_name(data)
     if not isinstance(data, dict):
         raise ConfigError(f"model must be an object: {{'preset': name}}, {{'hf_config': {{...}}}} or the shape "
                           f"(got {show(data)})")
-    return _model_cached(json.dumps(data, sort_keys=True))
+    return _model_cached(_key(data, "model"))
 
 
 def parse_hardware(data) -> ClusterSpec:
@@ -94,7 +104,7 @@ def parse_profile(hardware, cluster: ClusterSpec) -> HardwareProfile:
     if spec is None:
         return base
     if isinstance(spec, dict):
-        return _profile_cached(json.dumps(spec, sort_keys=True), cluster.gpu.name)
+        return _profile_cached(_key(spec, "hardware.profile"), cluster.gpu.name)
     if isinstance(spec, str):
         return PROFILES[spec] if spec in PROFILES else load_profile(spec)
     raise ConfigError(f"hardware.profile must be a profile name, a JSON file path, or an object of overrides "

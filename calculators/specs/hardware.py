@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from . import limits
 from .errors import ConfigError, require
-from .validate import check_fields, show
+from .validate import check_fields, link, show
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class GPUSpec:
 
     def __post_init__(self):
         p = check_fields(self, "hardware.gpu", limits.GPU, texts=("name",))
+        for key in ("intra_node_gbps", "inter_node_gbps"):
+            link(p, f"hardware.gpu.{key}", getattr(self, key))
         if p:
             raise ConfigError(p)
 
@@ -89,6 +91,8 @@ class ClusterSpec:
 
     def __post_init__(self):
         p = check_fields(self, "hardware", limits.CLUSTER)
+        for key in ("intra_node_gbps", "inter_node_gbps"):
+            link(p, f"hardware.{key}", getattr(self, key))
         if not isinstance(self.gpu, GPUSpec):
             p.append("hardware.gpu must be a GPU preset id or an object with name, memory_gib, bf16_tflops, "
                      "fp8_tflops, hbm_tbps")

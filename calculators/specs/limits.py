@@ -34,6 +34,7 @@ MAX_JSON_BYTES = 1_048_576        # one scenario, plan request, profile or confi
 MAX_JSON_DEPTH = 32               # nesting of any JSON input (the deepest valid input is 4)
 MAX_TEXT = 200                    # characters of a name (model name, GPU name)
 MAX_LIST = 1024                   # entries of a list (a split, a constraint's values)
+MIN_GBPS = 1e-3                   # a link's GB/s when given (0 = not given); 1 MB/s, below any real link
 
 # field -> (lowest, highest). Integers unless the field is in FRACTIONS or FLOATS.
 MODEL = {

@@ -102,8 +102,10 @@ class ModelSpec:
         p: list[str] = []
         for key in ("layers", "hidden", "heads", "vocab", "head_dim"):
             require(p, getattr(self, key) > 0, f"model.{key} must be a positive integer (got {getattr(self, key)})")
-        require(p, self.ffn > 0 or (self.moe is not None and self.moe.dense_layers == 0),
-                f"model.ffn must be positive (got {self.ffn})")
+        e = self.moe
+        dense = self.layers if e is None else self.dense_mlp_layers if e.moe_every >= 1 and e.dense_layers >= 0 else 1
+        require(p, self.ffn > 0 or dense == 0,
+                f"model.ffn must be positive (got {self.ffn}): {dense} layer(s) have a dense MLP")
         require(p, self.heads > 0 and self.kv_heads > 0 and self.heads % self.kv_heads == 0,
                 f"model.heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (GQA groups)")
         if self.moe is not None:

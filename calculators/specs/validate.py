@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from .errors import ConfigError
-from .limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LIST, MAX_TEXT
+from .limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LIST, MAX_TEXT, MIN_GBPS
 
 
 def show(value, limit: int = 60) -> str:
@@ -56,8 +56,23 @@ def integer(problems: list, name: str, value, lo: int, hi: int) -> None:
         problems.append(f"{name} must be {_range(lo, hi)} (got {show(value)})")
 
 
+def _finite(value) -> bool:
+    """math.isfinite, False for an integer too large for a float (JSON may carry 10**400)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def link(problems: list, name: str, value) -> None:
+    """A link's GB/s: 0 (not given, or none) or at least MIN_GBPS; a subnormal bandwidth would
+    make every transfer over it take forever."""
+    if isinstance(value, numbers.Real) and 0 < value < MIN_GBPS:
+        problems.append(f"{name} must be 0 or at least {MIN_GBPS} GB/s (got {show(value)})")
+
+
 def number(problems: list, name: str, value, lo: float, hi: float) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and _finite(value)
     if not ok:
         problems.append(f"{name} must be a number {_range(lo, hi)} (got {show(value)})")
     elif not lo <= value <= hi:

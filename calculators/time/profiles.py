@@ -55,7 +55,7 @@ from pathlib import Path
 
 from ..specs.errors import ConfigError
 from ..specs.limits import MAX_JSON_BYTES
-from ..specs.validate import check_fields, loads, number, show
+from ..specs.validate import check_fields, link, loads, number, show
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
 TIERS = ("intra", "inter")
@@ -128,6 +128,7 @@ class HardwareProfile:
 
     def __post_init__(self):
         p = check_fields(self, "profile", KNOB_LIMITS, texts=("name",))
+        link(p, "profile.fabric_gbps", self.fabric_gbps)
         if not isinstance(self.source, str) or len(self.source) > 4000:
             p.append(f"profile.source must be a string of at most 4,000 characters (got {show(self.source)})")
         for kind in _TABLES:

@@ -97,10 +97,23 @@ def test_errors_name_the_field_the_value_and_the_limit():
                 b'"gbs": 1e999': "too large for a float",
                 b'"nodes": 1000000000': "hardware.nodes must be from 1 to 131,072",
                 b'"split": {}': "parallel.split (layers of each pipeline stage) must be a list",
-                b'"loss": "fused"': "parallel.loss must be one of"}
+                b'"loss": "fused"': "parallel.loss must be one of",
+                b'"moe_every": 2}}': "model.ffn must be positive (got 0): 1 layer(s) have a dense MLP",
+                b'"fabric_gbps": 5e-324': "profile.fabric_gbps must be 0 or at least 0.001 GB/s",
+                b'"inter_node_gbps": 5e-324': "hardware.inter_node_gbps must be 0 or at least 0.001 GB/s",
+                b'"moe_imbalance": 1000000000': "parallel.moe_imbalance must be a number from 1 to 64"}
     for fragment, message in expected.items():
         hits = [error for line, error in said.items() if fragment in line]
         assert hits and all(message in e for e in hits), (fragment, hits)
+
+
+def test_in_process_values_json_cannot_carry_are_refused():
+    """answer() takes a dict: an integer of over 4,300 digits (no JSON line carries one past the
+    parser) is refused with the part named, not an internal error."""
+    said = answer({"model": {"layers": 10**5000, "hidden": 1, "heads": 1, "ffn": 1, "vocab": 1}})
+    assert "model holds a value JSON cannot carry" in said["error"]
+    said = answer({"model": {"preset": "llama3-8b"}, "hardware": {"profile": {"kernel_us": 10**5000}}})
+    assert "hardware.profile holds a value JSON cannot carry" in said["error"]
 
 
 def test_a_line_over_its_time_budget_is_answered_and_the_next_line_still_runs(monkeypatch):
