@@ -17,6 +17,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from ..specs.errors import ConfigError
 from .schedules import KIND_INDEX, KINDS, order_arrays, n_stages, stage_owner, stages_of_rank
 
 
@@ -57,6 +58,8 @@ def simulate(schedule: str, p: int, m: int, v: int = 1, f=1.0, b=1.0, w=1.0, p2p
     Each rank runs its ops in order; an op starts when the rank is free and its input is there.
     Ranks are advanced in turn; a rank waiting on an input not yet timed parks until it is.
     """
+    if schedule == "dualpipe" and m < 2 * p:       # its two directions each need p micro-batches
+        raise ConfigError(f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * p}")
     S = n_stages(schedule, p, v)
     f, b, w = (_per_stage(x, S) for x in (f, b, w))
     cost = f + [x + y for x, y in zip(b, w)] + b + w          # indexed by KIND_INDEX[kind] * S + stage

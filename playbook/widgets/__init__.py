@@ -177,7 +177,8 @@ def control_problem(comp, value) -> str:
     if isinstance(comp, (gr.Slider, gr.Number)):
         lo, hi = comp.minimum, comp.maximum
         whole = comp.precision == 0 if isinstance(comp, gr.Number) else float(comp.step).is_integer()
-        ok = type(value) in (int, float) and math.isfinite(value) and (not whole or float(value).is_integer())
+        ok = type(value) in (int, float) and abs(value) <= 2**53 and math.isfinite(value) and \
+            (not whole or float(value).is_integer())             # 2**53 first: a huge int overflows a float
         if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
             kind = "a whole number" if whole else "a number"
             return f"{label} must be {kind}" + (f" from {lo:,g} to {hi:,g}" if lo is not None and hi is not None

@@ -40,8 +40,12 @@ def _upload(value) -> tuple:
     if not isinstance(value, str):
         raise ConfigError("the upload must be one results file (.jsonl)")
     folder = os.path.realpath(gr.utils.get_upload_folder())
-    path = os.path.realpath(value)
-    if os.path.commonpath([folder, path]) != folder or not os.path.isfile(path):
+    try:                                           # a NUL byte or a lone surrogate is no path
+        path = os.path.realpath(value)
+        inside = os.path.commonpath([folder, path]) == folder and os.path.isfile(path)
+    except (ValueError, UnicodeError):
+        inside = False
+    if not inside:
         raise ConfigError("that upload is no longer on the server: upload the results file again")
     st = os.stat(path)
     if st.st_size > MAX_UPLOAD_BYTES:

@@ -18,8 +18,8 @@ KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", 
 
 def compute(v: dict):
     model, cluster, par = scenario_from(v)
+    mem = estimate_memory(model, cluster, par)          # checks the layout first (estimate_step does not)
     step = estimate_step(model, cluster, par)
-    mem = estimate_memory(model, cluster, par)
     fit = "fits" if mem.fits else "does **not** fit"
     text = (f"{which_model(v)}**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
             f"MFU **{step.mfu:.1%}** (model FLOPs, no recompute), HFU {step.hfu:.1%} (with recompute), "

@@ -21,7 +21,8 @@ SECOND = 1.0
 PLAN_SECONDS = 5.0
 EVIL_IMG = "<img src=https://example.invalid/pixel.png onerror=alert(1)>"
 HOSTILE = [1e308, -1.0, float("nan"), float("inf"), 10**30, 2**63, 0, -1, 0.5, True, None, "x", "", "1e999",
-           "/dev/zero", "../../etc/passwd", EVIL_IMG, [], {}, [1, 2], "a" * 300_000]
+           "/dev/zero", "../../etc/passwd", EVIL_IMG, [], {}, [1, 2], "a" * 300_000,
+           10**400, -10**400, "a\x00b", "\ud800"]      # too large for a float; a NUL; a lone surrogate
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,18 @@ def test_any_value_in_any_control_is_answered_with_a_message_within_a_second(wid
                 assert "Something went wrong" not in note, (w.wid, key, str(bad)[:40], note[:300])
                 if refused:
                     assert out[0] is None and "Cannot evaluate" in note, (w.wid, key, str(bad)[:40])
+
+
+def test_step_widgets_refuse_a_dualpipe_without_enough_micro_batches(widgets):
+    """DualPipe needs m >= 2p micro-batches; the step widgets said so only after the simulator
+    had failed on it (an IndexError)."""
+    for w in widgets:
+        if w.wid.startswith("step_") and "schedule" in w.controls and "gbs" in w.controls:
+            values = defaults_of(w)
+            keys = list(w.controls)
+            values[keys.index("schedule")], values[keys.index("gbs")] = "dualpipe", 2
+            note = str(call(w, values)[-1])
+            assert "Something went wrong" not in note and "dualpipe needs microbatches" in note, (w.wid, note[:300])
 
 
 def test_a_path_typed_into_any_box_is_never_opened(widgets, monkeypatch):
