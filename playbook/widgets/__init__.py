@@ -38,6 +38,7 @@ class Widget:
     outputs: list = field(default_factory=list)
     note: object = None                              # the Markdown output that carries messages
     concurrency: int = 4                             # calls the server runs at once (the rest queue)
+    budget_s: float = 0.0                            # seconds one call may compute; 0: WIDGET_BUDGET_S
 
 
 # name, component factory, default. Factories take the value.
@@ -197,15 +198,15 @@ def problem_text(exc: Exception) -> str:
 WIDGET_BUDGET_S = 10.0           # seconds one widget call may compute (the planner is the only long one)
 
 
-def guard(n_outputs: int):
+def guard(n_outputs: int, seconds: float = WIDGET_BUDGET_S):
     """Wrap a handler: bad input -> (None, ..., message) in place of a traceback; the call runs
-    under WIDGET_BUDGET_S (limits.time_budget), so no search outlives its request. The message is
+    under `seconds` (limits.time_budget), so no search outlives its request. The message is
     always the last output."""
     def wrap(fn):
         @functools.wraps(fn)
         def inner(*args):
             try:
-                with limits.time_budget(WIDGET_BUDGET_S, "this widget"):
+                with limits.time_budget(seconds, "this widget"):
                     return fn(*args)
             except Exception as exc:                 # never a stack trace in the page
                 return (*([None] * (n_outputs - 1)), problem_text(exc))
@@ -223,7 +224,7 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
         if problems:
             raise ConfigError(problems)
         return fn({**w.defaults, **dict(zip(keys, vals))})
-    w.handler = guard(len(outputs))(handler)
+    w.handler = guard(len(outputs), w.budget_s or WIDGET_BUDGET_S)(handler)
     w.outputs = outputs
     w.plot, w.note = w.plot or outputs[0], outputs[-1]
     for key, comp in w.controls.items():              # stable handles for the browser test

@@ -36,6 +36,9 @@ CONTROLS = {
 }
 
 
+BUDGET_WIDGET_S = 30.0           # seconds one budget call may compute (the others: widgets.WIDGET_BUDGET_S)
+
+
 def request(v: dict) -> dict:
     """The widget's settings as a budget request (calculators/planning/budget.py)."""
     lo, hi = sorted((v["smallest"], v["largest"]))
@@ -77,4 +80,6 @@ def build(wid: str, params: dict) -> Widget:
         plot = gr.Plot(label="days, cost and goodput vs GPUs")
         text = gr.Markdown()
     # one search at a time, as the planner's: a size not yet planned holds a core for up to seconds
-    return wire(Widget(wid, controls, defaults, concurrency=1), compute, [plot, text])
+    # one call plans every cluster size of the range (DeepSeek-V3 from 512 to 8,192 GPUs: about 11 s
+    # on a 2-core machine); one at a time, so a visitor cannot hold more than one worker with it
+    return wire(Widget(wid, controls, defaults, concurrency=1, budget_s=BUDGET_WIDGET_S), compute, [plot, text])
