@@ -153,13 +153,14 @@ def _load_file(path: Path) -> Loaded:
         return _load_lines(fh, path.name, out)
 
 
-def load_bytes(data: bytes, name: str) -> Loaded:
-    """Rows of a results file's contents (an upload), as `load` reads a file."""
+def load_bytes(data: bytes, name: str, max_rows: int | None = None) -> Loaded:
+    """Rows of a results file's contents (an upload), as `load` reads a file; past `max_rows`
+    non-empty lines the rest is not read (and that is said)."""
     import io
-    return _load_lines(io.BytesIO(data), name, Loaded())
+    return _load_lines(io.BytesIO(data), name, Loaded(), max_rows)
 
 
-def _load_lines(fh, name: str, out: Loaded) -> Loaded:
+def _load_lines(fh, name: str, out: Loaded, max_rows: int | None = None) -> Loaded:
     from calculators.specs.errors import ConfigError
     from calculators.specs.validate import bounded_lines, loads
     skipped = 0
@@ -171,12 +172,20 @@ def _load_lines(fh, name: str, out: Loaded) -> Loaded:
         else:
             skipped += 1
 
+    from calculators.specs.limits import check_time
+    read = 0
     for n, line in bounded_lines(fh, MAX_LINE_BYTES):
+        if n % 1000 == 0:
+            check_time()                 # the caller's time budget, when it has one (a widget's)
         if line is None:
             problem(f"{name}:{n}: longer than {MAX_LINE_BYTES:,} bytes; line skipped")
             continue
         if not line.strip():
             continue
+        read += 1
+        if max_rows is not None and read > max_rows:
+            out.problems.append(f"{name}: more than {max_rows:,} rows; the rest (from line {n}) not read")
+            break
         try:
             row = loads(line, f"line {n}", max_bytes=MAX_LINE_BYTES + 1)
         except ConfigError as exc:

@@ -7,7 +7,6 @@ allocated for our harness) with the predicted peak, and nanotron's "allocated be
 with the predicted resident state (weights, gradients, optimizer state, buffers)."""
 from __future__ import annotations
 
-import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +15,7 @@ from benchmarks import results
 from playbook import escape
 
 MAX_UPLOAD_BYTES = 32 * 2**20    # about 10,000 result rows
+MAX_UPLOAD_ROWS = 20_000          # lines read of one upload (tiny rows could be millions: seconds and GBs)
 
 METRICS = {"tokens/s/GPU": ("tokens_per_s_per_gpu", "step", "tokens_per_s_per_gpu"),
            "memory between steps (GiB)": ("allocated_between_steps_gib", "memory", None),
@@ -33,8 +33,18 @@ def sources() -> tuple:
     return tuple(out)
 
 
-@lru_cache(maxsize=8)
 def load_rows(sources: tuple, upload: tuple = ()) -> tuple[list, list]:
+    """The server's rows and an upload's, each cached on its own: the server's once per state of
+    its files, an upload's (at most MAX_UPLOAD_ROWS rows) for the last few uploads only."""
+    rows, problems = _server_rows(sources)
+    if upload:
+        more, said = _upload_rows(upload)
+        return rows + more, problems + said
+    return rows, problems
+
+
+@lru_cache(maxsize=2)
+def _server_rows(sources: tuple) -> tuple[list, list]:
     rows, problems = [], []
     for p, files in sources:
         if not files and not Path(p).expanduser().is_dir():
@@ -43,17 +53,19 @@ def load_rows(sources: tuple, upload: tuple = ()) -> tuple[list, list]:
             got = results.load(f)
             rows += got.rows
             problems += got.problems
-    if upload:
-        with open(upload[0], "rb") as fh:
-            got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload")
-        rows += [dict(r, source=r.get("source") or "your upload") for r in got.rows]
-        problems += got.problems
     return rows, problems
+
+
+@lru_cache(maxsize=4)
+def _upload_rows(upload: tuple) -> tuple[list, list]:
+    with open(upload[0], "rb") as fh:
+        got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload", max_rows=MAX_UPLOAD_ROWS)
+    return [dict(r, source=r.get("source") or "your upload") for r in got.rows], got.problems
 
 
 def _value(row, metric):
     measured_key, part, pred_key = METRICS[metric]
-    m, pred = row["metrics"], _obj(row["prediction"].get(part))
+    m, pred = _obj(row.get("metrics")), _obj(_obj(row.get("prediction")).get(part))
     if metric.startswith("memory between"):
         got = m.get("allocated_between_steps_gib")
         parts = [_number(pred.get(k)) or 0 for k in ("params_gib", "grads_gib", "optimizer_gib", "other_gib")]
@@ -65,8 +77,14 @@ def _value(row, metric):
     return m.get(measured_key), pred.get(pred_key)
 
 
+NUMBER_RANGE = (1e-12, 1e15)     # a metric outside it (0, 5e-324, 1e308, 10**400) is not drawn
+
+
 def _number(x):
-    return x if type(x) in (int, float) and math.isfinite(x) and x > 0 else None
+    """A positive metric a plot can draw: ints too large for a float, and values a log axis
+    widened by 30% would turn into Infinity, are not."""
+    lo, hi = NUMBER_RANGE
+    return x if type(x) in (int, float) and lo < x < hi else None
 
 
 def _obj(x) -> dict:
@@ -90,13 +108,13 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
         if v["model"] and v["model"].lower() not in name.lower() or v["nodes"] != "all" and str(nodes) != v["nodes"]:
             continue
         pp = _obj(sc.get("parallel")).get("pp", 1)
-        if metric == "tokens/s/GPU" and r["config"].get("after_pp_fix") is False and _number(pp) and pp > 1:
+        if metric == "tokens/s/GPU" and _obj(r["config"]).get("after_pp_fix") is False and _number(pp) and pp > 1:
             before_fix += 1                          # nanotron's multi-node PP bug, not the model's error
             continue
         got, want = _value(r, v["metric"])
         got, want = _number(got), _number(want)
         if got and want:
-            release = r["config"].get("release")
+            release = _obj(r["config"]).get("release")
             pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
                         "label": escape.plot(_label(r, name), 300),
                         "source": str(r.get("source") or "your run")[:300],

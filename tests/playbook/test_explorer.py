@@ -21,3 +21,44 @@ def test_a_model_filter_reports_only_its_own_skipped_runs():
     assert "before nanotron's multi-node PP fix" not in text
     _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "nanotron", "nodes": "all", "upload": None})
     assert "before nanotron's multi-node PP fix" in text and "measured runs" in text
+
+
+def _upload(tmp_name: str, data: bytes) -> str:
+    import os
+
+    import gradio as gr
+    folder = gr.utils.get_upload_folder()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, tmp_name)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def test_hostile_rows_in_an_upload_are_skipped_or_not_drawn_never_an_error():
+    """Rows the loader accepts but the plot cannot use (no metrics or prediction, a metric too large
+    for a float or beyond any real range) are not drawn; a huge upload of tiny rows stops at
+    MAX_UPLOAD_ROWS and says so."""
+    import json
+    import os
+
+    from playbook import measured
+    ok = {"schema": 1, "suite": "train", "status": "ok",
+          "config": {"scenario": {"model": {"name": "x"}, "hardware": {"nodes": 1}, "parallel": {}}}}
+    rows = [{k: v for k, v in ok.items()},
+            dict(ok, metrics={"tokens_per_s_per_gpu": 10**400}, prediction={"step": {"tokens_per_s_per_gpu": 1e308}}),
+            dict(ok, metrics={"tokens_per_s_per_gpu": 5e-324}, prediction={"step": {"tokens_per_s_per_gpu": 1000}})]
+    data = "\n".join(json.dumps(r) if i != 1 else json.dumps(r).replace("1e+308", "1e308") for i, r in enumerate(rows))
+    path = _upload("hostile_rows.jsonl", data.encode())
+    try:
+        fig, text = explorer.compute({"metric": "tokens/s/GPU", "model": "", "nodes": "all", "upload": path})
+        assert "Something went wrong" not in text and "Infinity" not in json.dumps(fig.to_dict() if hasattr(
+            fig, "to_dict") else fig, default=str)
+    finally:
+        os.remove(path)
+    path = _upload("many_rows.jsonl", b"{}\n" * (measured.MAX_UPLOAD_ROWS + 10))
+    try:
+        _, said = measured._upload_rows((path, os.path.getsize(path), os.path.getmtime(path)))
+        assert any(f"more than {measured.MAX_UPLOAD_ROWS:,} rows" in s for s in said)
+    finally:
+        os.remove(path)
