@@ -168,8 +168,10 @@ def loss_kernel(par) -> str:
     """
     if par.loss:
         return par.loss
-    if par.framework in ("megatron", "nanotron"):
-        return {"megatron": "fused"}.get(par.framework, par.framework)
+    if par.framework == "megatron":
+        return "fused"
+    if par.framework == "nanotron":
+        return "nanotron"
     return "compiled" if par.framework == "fsdp2" and par.compile else "eager"
 
 
