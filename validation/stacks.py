@@ -25,6 +25,7 @@ from calculators.specs.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
 from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.recompute import modules
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step
@@ -45,8 +46,9 @@ RECOMPUTE = {"": "none", "none": "none", "no": "none", "false": "none", "full": 
 def _recompute(text: str) -> str:
     """The calculators' policy for a row's recompute text: a policy name, or one with its source's
     words in brackets ("full (every block)", "selective (torchtitan op; config default)", "selective
-    (per-op SAC)"). A policy the calculators do not model (fms-fsdp's fraction of blocks, Megatron's
-    recompute_modules lists) is refused, naming it."""
+    (per-op SAC)"), or Megatron's recompute_modules list ("selective (layernorm, moe)": the modules
+    joined by "+"). A policy the calculators do not model (fms-fsdp's fraction of blocks, a module
+    this project does not model) is refused, naming it."""
     t = text.strip().lower()
     base, _, detail = t.partition(" (")
     words = detail.replace(";", " ").replace(":", " ").replace(")", " ").split()
@@ -56,6 +58,9 @@ def _recompute(text: str) -> str:
         return "op_sac"
     if "torchtitan" in words and "layer" in words:
         return RECOMPUTE["selective layer"]
+    listed = "+".join(w.strip(",") for w in words)
+    if modules(listed):
+        return listed
     raise ValueError(f"recompute {text.strip()[:80]!r} is a policy the calculators do not model")
 
 

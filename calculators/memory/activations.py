@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from ..specs.frameworks import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from ..specs.recompute import policy, sac_saved
+from ..specs.recompute import MODULES, modules, policy, sac_saved
 
 BF16 = 2
 FP32 = 4
@@ -131,7 +131,7 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         x = model.mla
         attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
     scores = 0.0
-    if not par.flash and policy(par.framework, par.recompute) == ("none", 1):
+    if not par.flash and _keeps_scores(par):
         scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
         # the unfused core keeps k and v repeated to all heads for the batched matmuls
         attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
@@ -155,6 +155,65 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         casts = _weight_casts(model, par, moe_layer)
         attention, mlp = attention + casts[0], mlp + casts[1]
     return LayerActivations(attention=attention, scores=scores, mlp=mlp, layer_input=layer_input)
+
+
+def _keeps_scores(par: ParallelConfig) -> bool:
+    """Whether the layer keeps its attention scores (unfused attention): not when any recompute
+    reruns the attention core (every policy but none, and module lists without core_attn)."""
+    kind, every = policy(par.framework, par.recompute)
+    if kind == "modules":
+        return "core_attn" not in modules(par.recompute)
+    return (kind, every) == ("none", 1)
+
+
+def module_freed(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
+    """Bytes per micro-batch that each of Megatron's recompute modules (recompute.MODULES) frees
+    in one layer, from the counts of layer_activations; a module the layer lacks frees 0:
+    - core_attn: the s x s scores (only without flash attention);
+    - layernorm: what both norms keep (`_norm_kept`: their outputs, which the linears after them
+      read, and eager norms' fp32 copies) and their rstd, less their bf16 input, which the
+      recompute keeps (a compiled norm keeps only its input: it frees the rstd);
+    - moe_act: the routed experts' activation output, fc2's input (SwiGLU keeps its gate and up);
+    - mla_up_proj: MLA's q, k and v after the up projections and RoPE;
+    - mlp (dense layers): the MLP's intermediates; moe (MoE layers): everything the MoE block keeps
+      but its input (router, dispatched tokens, experts, shared experts); shared_experts: the
+      shared experts' intermediates."""
+    t = par.tp
+    T = tokens(par)
+    T_sp = T / t if par.sp else T
+    compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
+    per_ffn = (3 if compiled or par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+    out = dict.fromkeys(MODULES, 0.0)
+    if not par.flash:
+        out["core_attn"] = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2 + (
+            BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0)
+    # each norm keeps _norm_kept bytes per element and its rstd; recomputed, it keeps its bf16 input
+    out["layernorm"] = 2 * T_sp * ((_norm_kept(par.framework, compiled) - BF16) * model.hidden + FP32)
+    if model.mla:
+        out["mla_up_proj"] = BF16 * T * (2 * model.q_dim + model.attn_out_dim) / t
+    if not moe_layer:
+        out["mlp"] = BF16 * per_ffn * T * model.ffn / t
+        return out
+    e = model.moe
+    routed = e.top_k * T_sp
+    out["moe_act"] = BF16 * (per_ffn - (2 if model.mlp == "swiglu" else 1)) * routed * e.expert_ffn / par.etp
+    if e.shared_experts:
+        out["shared_experts"] = BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+    out["moe"] = (FP32 * T_sp * e.experts + 8 * T_sp * e.top_k + BF16 * routed * model.hidden * 2
+                  + BF16 * per_ffn * routed * e.expert_ffn / par.etp + out["shared_experts"])
+    return out
+
+
+def modules_kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
+    """(bytes the layer keeps, the most one recomputed module re-materialises in backward) under a
+    module list: everything but what its modules free (moe covers moe_act and shared_experts)."""
+    mods = set(modules(par.recompute))
+    freed = module_freed(model, par, moe_layer)
+    if "moe" in mods:
+        mods -= {"moe_act", "shared_experts"}
+    parts = [freed[m] for m in mods]
+    everything = layer_activations(model, replace(par, recompute="none", recompute_ranks=()), moe_layer).total
+    return everything - sum(parts), max(parts, default=0.0)
 
 
 def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
@@ -183,6 +242,8 @@ def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
 
 
 def _kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool, kind: str) -> float:
+    if kind == "modules":
+        return modules_kept(model, par, moe_layer)[0]
     act = layer_activations(model, par, moe_layer)
     return {"full": act.layer_input, "op_sac": sac_bytes(model, par, moe_layer)}.get(kind, act.total)
 
@@ -203,6 +264,8 @@ def recomputed_extra(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> 
     kind, _ = policy(par.framework, par.recompute)
     if kind in ("none", "core_attn"):
         return 0.0
+    if kind == "modules":
+        return modules_kept(model, par, moe_layer)[1]
     return layer_activations(model, par, moe_layer).total - _kept(model, par, moe_layer, kind)
 
 

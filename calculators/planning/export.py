@@ -18,7 +18,7 @@ from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
 from ..specs.frameworks import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
-from ..specs.recompute import policy
+from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy
 
 FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
@@ -46,14 +46,28 @@ def _harness(model, cluster, par, model_ref):
             "-m benchmarks train", f"--model {ref}"]
     for key in ("tp", "cp", "ep", "pp", "vpp", "zero", "mbs", "gbs", "seq"):
         args.append(f"--{key} {getattr(par, key)}")
-    args += [f"--recompute {par.recompute}", f"--schedule {par.schedule}", f"--precision {par.precision}"]
+    recompute, notes = _harness_recompute(par.recompute)
+    args += [f"--recompute {recompute}", f"--schedule {par.schedule}", f"--precision {par.precision}"]
     if par.split:
         args.append("--split " + ",".join(map(str, par.split)))
     if len(set(par.recompute_ranks)) > 1:
-        args.append("--recompute-ranks " + ",".join(par.recompute_ranks))
-    notes = ["the harness does not pipeline TP's collectives with their GEMMs: expect the step without tp_overlap"] \
-        if par.tp_overlap else []
+        args.append("--recompute-ranks " + ",".join(_harness_recompute(r)[0] for r in par.recompute_ranks))
+    if par.tp_overlap:
+        notes.append("the harness does not pipeline TP's collectives with their GEMMs: expect the step without "
+                     "tp_overlap")
     return " \\\n    ".join(args), notes + _alltoall_only(par, "the harness")
+
+
+def _harness_recompute(recompute: str) -> tuple[str, list[str]]:
+    """The harness's --recompute (none, selective: the attention core, or full) for a policy, and a
+    note where it is not the same policy."""
+    if recompute in RECOMPUTE_LEVELS:
+        return recompute, []
+    if recompute == "core_attn":
+        return "selective", []
+    nearest = "full" if recompute.startswith("layer:") else "selective"
+    return nearest, [f"the harness recomputes none, the attention core (selective) or whole layers (full): "
+                     f"recompute {recompute!r} exported as {nearest!r}"]
 
 
 def _alltoall_only(par, who: str) -> list[str]:
@@ -92,6 +106,8 @@ def _megatron(model, cluster, par, _ref):
               + ("optim_grads" if par.zero == 2 else "optim_grads_params")]
     if par.recompute == "selective":
         a.append("--recompute-granularity selective")
+    elif modules(par.recompute):
+        a += ["--recompute-granularity selective", "--recompute-modules " + " ".join(modules(par.recompute))]
     elif par.recompute == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if par.precision == "fp8":
@@ -136,8 +152,9 @@ def _torchtitan_recompute(par, notes) -> list:
         return ['mode = "full"']
     if kind == "full":
         return ['mode = "selective"', f'selective_ac_option = "{every}"']
-    if kind == "core_attn":
-        notes.append("torchtitan has no attention-core-only recompute: exported as its op-level selective "
+    if kind in ("core_attn", "modules"):
+        what = "attention-core-only" if kind == "core_attn" else f"per-module ({par.recompute})"
+        notes.append(f"torchtitan has no {what} recompute: exported as its op-level selective "
                      "checkpointing, which also recomputes half the matmuls and the element-wise ops")
     return ['mode = "selective"', 'selective_ac_option = "op"']
 

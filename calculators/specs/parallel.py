@@ -14,7 +14,8 @@ from .validate import check_fields, show, whole_list
 from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
-from .recompute import STANDARD as RECOMPUTE, order as recompute_order, valid as recompute_valid
+from .recompute import (MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
+                        valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (frameworks.loss_kernel)
@@ -46,7 +47,7 @@ class ParallelConfig:
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
-    recompute: str = "none"      # none | selective | full | core_attn | op_sac | layer:N (calculators/specs/recompute.py;
+    recompute: str = "none"      # none | selective | full | core_attn | op_sac | layer:N | modules a+b (recompute.py;
                                  # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
     precision: str = "bf16"      # bf16 | fp8
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
@@ -70,8 +71,10 @@ class ParallelConfig:
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS})
         require(p, recompute_valid(self.recompute),
-                lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')} or layer:N "
-                        f"(every N-th layer recomputed in full, N from 1 to 1,024) (got {show(self.recompute)})")
+                lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')}, layer:N "
+                        f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
+                        f"joined by '+' (e.g. {MODULES_TEXT}; modules: {', '.join(MODULES)}) "
+                        f"(got {show(self.recompute)})")
         if self.split != ():             # an empty dict or string is not "no split": it is refused
             # the first and last stage may hold no layer: only the embedding, only the loss (Megatron)
             whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 0, limits.MAX_LAYERS)
@@ -127,6 +130,23 @@ def derive(par: ParallelConfig, **changes) -> ParallelConfig:
 
 def _recompute_modes(modes: tuple) -> bool:
     return all(recompute_valid(mode) for mode in modes)
+
+
+_MODULE_PART = {"moe_act": "MoE layer", "moe": "MoE layer", "shared_experts": "shared expert",
+                "mla_up_proj": "multi-latent attention", "mlp": "dense MLP layer"}
+
+
+def _has_module(model: ModelSpec, module: str) -> bool:
+    """Whether the model has the part a Megatron recompute module recomputes."""
+    if module == "mla_up_proj":
+        return model.mla is not None
+    if module == "mlp":
+        return model.dense_mlp_layers > 0
+    if module == "shared_experts":
+        return bool(model.moe and model.moe.shared_experts and model.moe_layers)
+    if module in ("moe", "moe_act"):
+        return bool(model.moe and model.moe_layers)
+    return True
 
 
 def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> list[str]:
@@ -202,6 +222,10 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if t > 1 and not par.sp:
         w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
                  "activations are replicated; set sp=true")
+    idle = [m for m in modules(par.recompute) if not _has_module(model, m)]
+    if idle:
+        w.append(f"recompute modules {', '.join(idle)} free nothing in this model (it has no "
+                 f"{' and no '.join(sorted({_MODULE_PART[m] for m in idle}))}); drop them from recompute")
     if t > cluster.gpus_per_node:
         w.append(f"tp={t} spans more than one node ({cluster.gpus_per_node} GPUs each): its collectives "
                  "cross the slow inter-node network")

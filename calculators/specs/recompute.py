@@ -26,6 +26,14 @@ each framework says what its "selective" is:
   (norms, RoPE, activation functions, residual adds) is recomputed.
 - layer:N is torchtitan's earlier layer-level selective AC (`selective_ac_option = N`): every
   N-th block is wrapped in full checkpointing. layer:1 is full.
+- a list of Megatron's submodules joined by "+" (`layernorm+moe`, `core_attn+moe_act`) is
+  Megatron-Core's `--recompute-granularity selective --recompute-modules ...`
+  (TransformerConfig.recompute_modules; the list replaces the default ["core_attn"]). Each module
+  frees what it alone keeps and runs its forward again in backward (MODULES says what). layernorm,
+  moe_act and mla_up_proj discard their output once the next op has read it and recompute it just
+  before that op's backward (Megatron's CheckpointWithoutOutput); mlp, moe and shared_experts are
+  checkpointed whole and keep only their input; moe runs its dispatch and combine all-to-alls
+  again. A module the model does not have (moe_act without experts) frees nothing.
 tests/calculators/test_recompute_torch.py checks the bytes against what PyTorch keeps under the
 same torch.utils.checkpoint policy.
 """
@@ -40,35 +48,72 @@ EXPLICIT = ("core_attn", "op_sac")
 MAX_EVERY = 1024
 _LAYER = re.compile(r"layer:([1-9][0-9]{0,3})")
 SELECTIVE = {"fsdp2": "op_sac"}                   # every other framework's "selective" is core_attn
+# Megatron-Core's recompute_modules this project models, in its documented order, and what each
+# frees (memory/activations.py module_freed) and runs again (time/compute.py)
+MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+MODULES_TEXT = "+".join(MODULES[1:3])            # an example for messages: moe_act+layernorm
+
+
+def modules(recompute: str) -> tuple[str, ...]:
+    """The Megatron submodules a "+"-joined list names, in MODULES order; () if `recompute` is
+    not such a list (a single module other than core_attn is a list of one). core_attn alone
+    stays its own policy."""
+    if not isinstance(recompute, str) or recompute == "core_attn" or len(recompute) > 200:
+        return ()
+    names = recompute.split("+")
+    if len(set(names)) != len(names) or not set(names) <= set(MODULES):
+        return ()
+    return tuple(m for m in MODULES if m in names)
+
+
+def matmul_modules(name: str, moe_layer: bool) -> tuple[str, ...]:
+    """The modules whose recompute runs the layer matmul `name` (ModelSpec.layer_matmuls) again:
+    MLA's up projections mla_up_proj; the rest of attention none (only full, op_sac); a dense
+    layer's MLP mlp; an MoE layer's router and experts moe, its shared experts also
+    shared_experts."""
+    if name in ("q_b", "kv_b"):
+        return ("mla_up_proj",)
+    if name in ("q", "k", "v", "o", "q_a", "kv_a"):
+        return ()
+    if not moe_layer:
+        return ("mlp",)
+    return ("moe", "shared_experts") if name.startswith("shared_") else ("moe",)
 
 
 def valid(recompute) -> bool:
-    """Whether `recompute` names a policy: STANDARD, EXPLICIT or layer:N (1 <= N <= MAX_EVERY)."""
+    """Whether `recompute` names a policy: STANDARD, EXPLICIT, layer:N (1 <= N <= MAX_EVERY) or
+    a "+"-joined list of MODULES, each once."""
     if not isinstance(recompute, str):
         return False
-    if recompute in STANDARD or recompute in EXPLICIT:
+    if recompute in STANDARD or recompute in EXPLICIT or modules(recompute):
         return True
     m = _LAYER.fullmatch(recompute)
     return bool(m) and 1 <= int(m.group(1)) <= MAX_EVERY
 
 
 def policy(framework: str, recompute: str) -> tuple[str, int]:
-    """(policy, every): the policy each recomputed layer runs and how often a layer runs it (every
-    `every`-th layer; 1: all). `recompute` must be valid()."""
+    """(policy, every): the policy each recomputed layer runs ("none", "core_attn", "op_sac",
+    "full" or "modules": a list of Megatron submodules, see `modules`) and how often a layer runs
+    it (every `every`-th layer; 1: all). `recompute` must be valid()."""
     if recompute == "selective":
         return SELECTIVE.get(framework, "core_attn"), 1
     m = _LAYER.fullmatch(recompute)
     if m:
         return "full", int(m.group(1))
+    if modules(recompute):
+        return "modules", 1
     return recompute, 1
 
 
 def order(recompute: str) -> float:
-    """How much a value recomputes, for ordering (none < core_attn/selective < op_sac < layer:N
-    by 1/N < full): the most of a layout's per-rank values names the layout."""
+    """How much a value recomputes, for ordering (none < core_attn/selective < a module list, by
+    its length < op_sac < layer:N by 1/N < full): the most of a layout's per-rank values names the
+    layout."""
     m = _LAYER.fullmatch(recompute)
     if m:
         return 3.0 - 1.0 / int(m.group(1))
+    if modules(recompute):
+        return 1.0 + len(modules(recompute)) / (len(MODULES) + 1)
     return {"none": 0.0, "selective": 1.0, "core_attn": 1.0, "op_sac": 2.0, "full": 3.0}[recompute]
 
 
@@ -91,6 +136,9 @@ def sac_saved(matmuls: tuple[Matmul, ...]) -> tuple[bool, ...]:
 def reissue(framework: str, recompute: str) -> float:
     """The fraction of a layer's forward kernels its backward launches again (the host issues
     them again too): full 1 (1/N with layer:N); op_sac 1 (every element-wise op and half the
-    matmuls: most of the forward's launches); core_attn and none 0 (one kernel, or none)."""
+    matmuls: most of the forward's launches); a module list with mlp or moe 1/2, other module
+    lists, core_attn and none 0 (a few kernels, or none)."""
     kind, every = policy(framework, recompute)
+    if kind == "modules":        # mlp and moe: the MLP half of the layer's launches; the rest a few kernels
+        return 0.5 if {"mlp", "moe"} & set(modules(recompute)) else 0.0
     return {"full": 1.0 / every, "op_sac": 1.0}.get(kind, 0.0)

@@ -13,7 +13,7 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
   forward's bytes.
 - FP8 speeds up the weight GEMMs only (attention, norms and the rest stay in bf16).
 - recompute: "full" runs the layer's forward again before its backward; "selective" the attention
-  core's forward.
+  core's forward; a Megatron module list each module's forward (`_modules_recompute`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
-from ..specs.recompute import policy as recompute_policy, sac_saved
+from ..specs.recompute import MODULES, matmul_modules, modules, policy as recompute_policy, sac_saved
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
     forward seconds of the GEMMs op_sac recomputes: every second matmul, the router and the
     experts' grouped GEMMs, recompute.sac_saved)."""
     fp8 = par.precision == "fp8"
-    t, cols, unsaved = 0.0, [0.0, 0.0], 0.0
+    t, cols, unsaved, by_module = 0.0, [0.0, 0.0], 0.0, dict.fromkeys(MODULES, 0.0)
     mms = model.layer_matmuls(moe_layer)
     saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
     for mm in fused_matmuls(mms, par.framework):
@@ -107,8 +107,42 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
         else:                                          # replicated (the router, MLA's small projections)
             g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
         t += g
-        unsaved += 0.0 if saved.get(mm.name.split("+")[0], False) else g
-    return t, tuple(cols), unsaved
+        first = mm.name.split("+")[0]
+        unsaved += 0.0 if saved.get(first, False) else g
+        for module in matmul_modules(first, moe_layer):
+            by_module[module] += g
+    return t, tuple(cols), unsaved, by_module
+
+
+def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gemms: dict,
+                       attn: float, gpu, profile) -> float:
+    """Forward seconds a Megatron module list runs again in backward (recompute.modules): each
+    module's GEMMs and its element-wise passes (a norm reads and writes T x h, bf16; an activation
+    reads its inputs and writes its output; moe permutes its tokens again), core_attn the
+    attention core. moe's all-to-alls run again too (step.py counts them with the EP traffic)."""
+    mods = set(modules(par.recompute))
+    if "moe" in mods:
+        mods -= {"moe_act", "shared_experts"}
+    swiglu_io = 3 if model.mlp == "swiglu" else 2          # bf16 units an activation reads and writes
+    T_sp = T / par.tp if par.sp else T
+    total = sum(gemms[m] for m in mods) + (attn if "core_attn" in mods else 0.0)
+    if "layernorm" in mods:
+        total += memory_time(2 * 2 * BF16 * T_sp * model.hidden, 2, gpu, profile)
+    if not moe_layer:
+        if "mlp" in mods:
+            total += memory_time(BF16 * swiglu_io * T * model.ffn / par.tp, 1, gpu, profile)
+        return total
+    e = model.moe
+    routed = e.top_k * T_sp * e.expert_ffn / par.etp
+    shared = T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / par.tp
+    if "moe_act" in mods:
+        total += memory_time(BF16 * swiglu_io * routed, 1, gpu, profile)
+    if "shared_experts" in mods and shared:
+        total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)
+    if "moe" in mods:
+        permute = 2 * BF16 * T * model.hidden * e.top_k
+        total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, 4, gpu, profile)
+    return total
 
 
 def _unfused_attention(model: ModelSpec, par: ParallelConfig, gpu, profile) -> tuple[float, float]:
@@ -123,14 +157,15 @@ def _unfused_attention(model: ModelSpec, par: ParallelConfig, gpu, profile) -> t
 def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUSpec,
                profile: HardwareProfile) -> LayerTime:
     T = tokens(par)
-    gemm, cols, unsaved = _layer_gemms(model, par, moe_layer, T, gpu, profile)
+    gemm, cols, unsaved, by_module = _layer_gemms(model, par, moe_layer, T, gpu, profile)
     attn, attn_b = (attention_time(model, par, par.attention or attention_kernel(par.framework), gpu, profile)
                     if par.flash else _unfused_attention(model, par, gpu, profile))
     work = elementwise.layer_bytes(model, par, moe_layer, T)
     mem, mem_b = (memory_time(*work[way], gpu, profile) for way in ("forward", "backward"))
     forward = gemm + attn + mem
     kind, every = recompute_policy(par.framework, par.recompute)
-    recompute = {"full": forward / every, "core_attn": attn, "op_sac": unsaved + mem}.get(kind, 0.0)
+    recompute = _modules_recompute(model, par, moe_layer, T, by_module, attn, gpu, profile) if kind == "modules" \
+        else {"full": forward / every, "core_attn": attn, "op_sac": unsaved + mem}.get(kind, 0.0)
     return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
                      backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
                      column_gemms=cols)

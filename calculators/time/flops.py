@@ -15,6 +15,7 @@ Conventions (to be stated wherever a FLOPs, MFU or HFU number is shown):
 from __future__ import annotations
 
 from ..specs.models import ModelSpec
+from ..specs.recompute import matmul_modules, modules, policy, sac_saved
 
 
 def layer_matmul_flops(model: ModelSpec, moe_layer: bool) -> float:
@@ -47,9 +48,10 @@ def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causa
                                framework: str = "megatron") -> float:
     """Forward FLOPs per token that recompute runs again (calculators/specs/recompute.py): full the
     layers' forward (1/N of it with layer:N), core_attn the attention core, op_sac the matmuls it
-    does not keep (every second one, the router, the experts)."""
-    from ..specs.recompute import policy, sac_saved
+    does not keep (every second one, the router, the experts), a module list its modules'."""
     kind, every = policy(framework, recompute)
+    if kind == "modules":
+        return _module_flops(model, seq, modules(recompute), causal)
     if kind == "full":
         return (forward_flops_per_token(model, seq, causal) - 2.0 * model.hidden * model.vocab) / every
     if kind == "core_attn":
@@ -61,6 +63,18 @@ def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causa
             total += n * sum(2.0 * m.fan_in * m.fan_out * m.used for m, kept in zip(mms, sac_saved(mms)) if not kept)
         return total
     return 0.0
+
+
+def _module_flops(model: ModelSpec, seq: int, mods: tuple, causal: bool) -> float:
+    """Forward FLOPs per token a Megatron module list runs again: its modules' matmuls (mlp the
+    dense MLP's, moe the MoE block's, shared_experts the shared experts', mla_up_proj MLA's q_b and
+    kv_b) and core_attn the attention core; norms and activations count no FLOPs."""
+    total = model.layers * attention_flops(model, seq, causal) if "core_attn" in mods else 0.0
+    for moe, n in ((False, model.dense_mlp_layers), (True, model.moe_layers)):
+        for m in (model.layer_matmuls(moe) if n else ()):
+            if set(matmul_modules(m.name, moe)) & set(mods):
+                total += n * 2.0 * m.fan_in * m.fan_out * m.used
+    return total
 
 
 def hardware_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,

@@ -55,7 +55,7 @@ from ..specs.parallel import ParallelConfig
 from ..pipeline.simulate import Timeline, simulate_long
 from ..pipeline.schedules import n_stages, stage_owner, stages_of_rank
 from .profiles import HardwareProfile, default_profile
-from ..specs.recompute import reissue
+from ..specs.recompute import modules, policy as recompute_policy, reissue
 
 @dataclass(frozen=True)
 class StepEstimate:
@@ -81,6 +81,11 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
     T = tokens(par)
     act = BF16 * T * model.hidden
     attn_time, gemm_time = lt.attention, lt.gemm
+    kind, every = recompute_policy(par.framework, par.recompute)
+    # a full recompute runs the layer's forward collectives again before its backward (1/N of the
+    # layers with layer:N); Megatron's moe module its dispatch and combine; op_sac keeps their outputs
+    again = 1.0 / every if kind == "full" else 0.0
+    again_ep = 1.0 if "moe" in modules(par.recompute) else again
     out = {}
     if par.tp > 1:
         g = group("tp", par, cluster)
@@ -88,14 +93,15 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
             ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
         one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
         hidden = _tp_hidden(par, 2 * one, gemm_time, profile)
-        out["tp"] = (2 * one, 2 * one, hidden, hidden)
+        out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)
         if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
             # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
             # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,
             # then reduce-scatters that gradient beside its weight-gradient GEMM (each as long as
             # the group's forward GEMM)
             bwd = 4 * ag + 2 * rs
-            hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms)
+            hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms) + again * hidden * 2 * one
+            bwd += again * 2 * one
             out["tp"] = (2 * one, bwd, hidden, max(hidden, hid / bwd))
     if par.cp > 1:
         kv = BF16 * T * 2 * model.kv_dim / par.tp
@@ -106,7 +112,7 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
         fwd = (par.cp - 1) * collective_time("p2p", kv, g, cluster, profile) if par.framework == "megatron" else \
             collective_time("all_gather", kv * par.cp, g, cluster, profile)
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
-        out["cp"] = (fwd, 2 * fwd, hidden, hidden)
+        out["cp"] = (fwd, (2 + again) * fwd, hidden, hidden)
     if moe_layer and par.ep > 1:
         g = expert_group("ep", par, cluster)
         mine, moe = act / (par.tp if par.sp else 1), model.moe
@@ -119,7 +125,7 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
         paired = lt.total - lt.recompute                  # the layer's forward and backward
         hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" or par.ep_overlap \
             else profile.overlap["ep"]
-        out["ep"] = (a2a, a2a, hidden, hidden)
+        out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
     return out
 
 
@@ -176,7 +182,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
-            comm = _layer_comm(model, par, cluster, profile, moe, lt)
+            comm = _layer_comm(model, mp, cluster, profile, moe, lt)
             exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
             exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
             params, tensors = sum(kind_params(model, par, moe)), sum(layer_tensors(model, par, moe))

@@ -34,6 +34,28 @@ _FREE = {"aten::empty", "aten::empty_like", "aten::zeros", "aten::ones_like", "a
 _MATMUL = {"aten::mm", "aten::addmm", "aten::bmm"}
 
 
+def _region(block, name, fn, *args):
+    """fn(*args), checkpointed when `name` is one of the block's recompute regions. A region that
+    ends with the linears reading its output keeps only its inputs: what Megatron's output-
+    discarding recompute of a norm or an activation keeps (the linears' outputs are the region's
+    own, so they are kept as before)."""
+    return checkpoint(fn, *args, use_reentrant=False) if name in block.regions else fn(*args)
+
+
+def _fan(y, *linears):
+    return tuple(linear(y) for linear in linears)
+
+
+def _mlp(block, h, norm, gate, up, down):
+    """The SwiGLU MLP after its norm, with the regions layernorm (the norm with gate and up), act
+    (silu(gate) * up with down) and mlp (everything after the norm)."""
+    def act(g, u):
+        return down(F.silu(g) * u)
+    if "layernorm" in block.regions:
+        return act(*_region(block, "layernorm", lambda h: _fan(norm(h), gate, up), h))
+    return _region(block, "mlp", lambda y: _region(block, "act", act, gate(y), up(y)), norm(h))
+
+
 class TitanBlock(nn.Module):
     def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
         super().__init__()
@@ -49,17 +71,18 @@ class TitanBlock(nn.Module):
         x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
         return torch.view_as_real(x_ * cis).flatten(3).type_as(x)
 
+    regions: tuple = ()                                # recompute regions (see _region)
+
     def forward(self, x, cis):
         b, s, _ = x.shape
-        y = self.attention_norm(x)
-        q = self.rope(self.wq(y).view(b, s, self.a, self.d), cis)
-        k = self.rope(self.wk(y).view(b, s, self.k, self.d), cis)
-        v = self.wv(y).view(b, s, self.k, self.d)
+        q, k, v = _region(self, "layernorm", lambda x: _fan(self.attention_norm(x), self.wq, self.wk, self.wv), x)
+        q = self.rope(q.view(b, s, self.a, self.d), cis)
+        k = self.rope(k.view(b, s, self.k, self.d), cis)
+        v = v.view(b, s, self.k, self.d)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
                                            enable_gqa=True)
         h = x + self.wo(o.transpose(1, 2).reshape(b, s, -1))
-        y = self.ffn_norm(h)
-        return h + self.w2(F.silu(self.w1(y)) * self.w3(y))
+        return h + _mlp(self, h, self.ffn_norm, self.w1, self.w3, self.w2)
 
     def tables(self, s):
         return torch.randn(s, 1, self.d // 2, dtype=torch.complex64)
@@ -125,18 +148,20 @@ class HFBlock(nn.Module):
         self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(h, ffn, bias=False), nn.Linear(h, ffn, bias=False),
                                                         nn.Linear(ffn, h, bias=False))
 
+    regions: tuple = ()                                # recompute regions (see _region)
+
     def forward(self, x, tables):
         cos, sin = tables
         b, s, _ = x.shape
-        y = self.input_layernorm(x)
-        q = self.q_proj(y).view(b, s, self.a, self.d).transpose(1, 2)
-        k = self.k_proj(y).view(b, s, self.k, self.d).transpose(1, 2)
-        v = self.v_proj(y).view(b, s, self.k, self.d).transpose(1, 2)
+        q, k, v = _region(self, "layernorm", lambda x: _fan(self.input_layernorm(x), self.q_proj, self.k_proj,
+                                                            self.v_proj), x)
+        q = q.view(b, s, self.a, self.d).transpose(1, 2)
+        k = k.view(b, s, self.k, self.d).transpose(1, 2)
+        v = v.view(b, s, self.k, self.d).transpose(1, 2)
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         h = x + self.o_proj(o.transpose(1, 2).contiguous().reshape(b, s, -1))
-        y = self.post_attention_layernorm(h)
-        return h + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        return h + _mlp(self, h, self.post_attention_layernorm, self.gate_proj, self.up_proj, self.down_proj)
 
     def tables(self, s):
         return torch.randn(1, 1, s, self.d, dtype=torch.bfloat16), torch.randn(1, 1, s, self.d, dtype=torch.bfloat16)
@@ -213,11 +238,19 @@ class _Alive(TorchDispatchMode):
         return out
 
 
+REGIONS = ("layernorm", "act", "mlp")
+
+
 def kept_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq, policy: str = "none") -> int:
     """Bytes of the storages created in one forward that are still alive after it (the output's
-    own excluded): what backward keeps, under `policy` none, op_sac (torchtitan's) or full."""
+    own excluded): what backward keeps, under `policy` none, op_sac (torchtitan's), full, or one of
+    REGIONS checkpointed inside the block (Megatron's recompute modules layernorm, moe_act on the
+    same SwiGLU, mlp)."""
     torch.manual_seed(0)
     block = block_cls(h, heads, kv_heads, ffn, head_dim).to(torch.bfloat16)
+    if policy in REGIONS:
+        block.regions, policy = (policy,), "none"
+
     x = torch.randn(batch, seq, h, dtype=torch.bfloat16, requires_grad=True)
     tables = block.tables(seq)
     existing = {t.untyped_storage().data_ptr() for t in [x, *block.parameters(),

@@ -2,19 +2,24 @@
 
 - What a layer keeps for backward, with no recompute and under torchtitan's op-level selective
   activation checkpointing (its policy, rebuilt in reference_eager.py), equals the storages
-  PyTorch keeps alive after the forward of a torchtitan block and of a Hugging Face block.
+  PyTorch keeps alive after the forward of a torchtitan block and of a Hugging Face block; what
+  Megatron's recompute modules free equals what PyTorch stops keeping when those parts of the
+  block are checkpointed.
 - The element-wise bytes the eager stacks move (calculators/time/elementwise.py) equal the bytes of
   every non-matmul op of those blocks' forward and backward, traced op by op.
 """
+from dataclasses import replace
+
 import pytest
 
-from calculators.memory.activations import layer_activations, saved_per_layer
+from calculators.memory.activations import layer_activations, module_freed, saved_per_layer
 from calculators.time.elementwise import layer_bytes
 from calculators.time.flops import recomputed_flops_per_token
-from calculators.specs.models import ModelSpec
+from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig
 from calculators.specs.recompute import order, policy, sac_saved, valid
-from tests.calculators.reference_eager import HFBlock, TitanBlock, TitanBlockCuda, elementwise_bytes, kept_bytes
+from tests.calculators.reference_eager import (REGIONS, HFBlock, TitanBlock, TitanBlockCuda, elementwise_bytes,
+                                              kept_bytes)
 
 SHAPES = [(256, 4, 2, 512, None, 2, 64), (512, 8, 8, 1024, None, 1, 128), (384, 6, 2, 1000, 96, 2, 96)]
 BLOCKS = [(TitanBlock, "fsdp2"), (HFBlock, "deepspeed")]
@@ -90,3 +95,25 @@ def test_eager_elementwise_bytes_match_pytorchs_ops(shape, block, framework):
     compiled = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, compile=True), False,
                            batch * seq)
     assert compiled["forward"][0] < 0.45 * predicted["forward"][0]
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2])
+@pytest.mark.parametrize("block,framework", [(TitanBlockCuda, "fsdp2"), (HFBlock, "deepspeed")],
+                         ids=["torchtitan", "hugging-face"])
+@pytest.mark.parametrize("region", REGIONS)
+def test_megatron_recompute_modules_free_what_pytorch_frees(shape, block, framework, region):
+    """Megatron's recompute modules layernorm and mlp, and moe_act's count on the same SwiGLU (an MoE
+    layer of one expert), free what PyTorch stops keeping when that part of the block is
+    checkpointed (the norm with the linears that read it: Megatron discards the norm's output)."""
+    h, heads, kv, ffn, head_dim, batch, seq = shape
+    par = ParallelConfig(mbs=batch, seq=seq, framework=framework, zero=3, dp=2)
+    if region == "act":
+        moe = replace(_model(h, heads, kv, ffn, head_dim), moe=MoESpec(experts=1, top_k=1, expert_ffn=ffn))
+        predicted = module_freed(moe, par, True)["moe_act"]
+    else:
+        predicted = module_freed(_model(h, heads, kv, ffn, head_dim), par, False)[region]
+    measured = (kept_bytes(block, h, heads, kv, ffn, head_dim, batch, seq, "none")
+                - kept_bytes(block, h, heads, kv, ffn, head_dim, batch, seq, region))
+    if region == "layernorm" and block is HFBlock:
+        measured -= 2 * batch * seq * h     # the recompute keeps the block's input, which the test made beforehand
+    assert predicted == pytest.approx(measured, rel=1e-9, abs=0), (predicted, measured)

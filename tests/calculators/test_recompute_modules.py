@@ -1,0 +1,89 @@
+"""Megatron's recompute modules (`parallel.recompute` "layernorm+moe"): parsing, what each frees
+and runs again, and how they export. What each frees is checked against PyTorch in
+test_recompute_torch.py."""
+from dataclasses import replace
+
+import pytest
+
+from calculators.memory.activations import module_freed, saved_per_layer
+from calculators.memory.estimate import estimate_memory
+from calculators.planning.export import export
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS, ClusterSpec
+from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.presets import model_from_name
+from calculators.specs.recompute import MODULES, modules, order, policy, valid
+from calculators.time.flops import recomputed_flops_per_token
+from calculators.time.profiles import default_profile
+from calculators.time.step import estimate_step
+from validation.stacks import _recompute
+
+QWEN = model_from_name("qwen3-30b-a3b")
+H100 = GPU_PRESETS["H100-80GB"]
+CLUSTER = ClusterSpec(H100, nodes=2, gpus_per_node=8)
+PAR = ParallelConfig(dp=16, ep=16, gbs=64, seq=4096, framework="megatron")
+
+
+def test_a_module_list_is_a_policy_of_its_own():
+    assert modules("moe+layernorm") == ("layernorm", "moe")          # Megatron's order, whatever the text's
+    assert policy("megatron", "layernorm+moe") == ("modules", 1) and policy("fsdp2", "moe_act") == ("modules", 1)
+    assert policy("megatron", "core_attn") == ("core_attn", 1) and modules("core_attn") == ()
+    assert valid("core_attn+moe_act+layernorm") and valid("mlp")
+    for bad in ("moe+moe", "+", "layernorm+", "moe,layernorm", "Moe", "layernorm+op_sac", "x" * 300, None, 3):
+        assert not valid(bad) and not modules(bad), bad
+    assert order("selective") < order("layernorm") < order("layernorm+moe") < order("op_sac")
+    with pytest.raises(ConfigError, match=r"recompute modules joined by '\+' \(e\.g\. moe_act\+layernorm"):
+        replace(PAR, recompute="moe+moe")
+
+
+def test_each_module_frees_its_part_and_moe_covers_its_experts():
+    kept = {r: saved_per_layer(QWEN, replace(PAR, recompute=r), True)
+            for r in ("none", "layernorm", "moe_act", "moe", "moe_act+moe", "layernorm+moe", "full")}
+    freed = module_freed(QWEN, PAR, True)
+    assert kept["none"] - kept["layernorm"] == pytest.approx(freed["layernorm"])
+    assert kept["none"] - kept["moe_act"] == pytest.approx(freed["moe_act"])
+    assert kept["moe_act+moe"] == kept["moe"] < kept["moe_act"] < kept["none"]   # moe already frees moe_act's part
+    assert kept["full"] < kept["layernorm+moe"] < kept["moe"]
+    assert freed["mlp"] == freed["mla_up_proj"] == freed["shared_experts"] == 0     # Qwen3: no dense, no MLA
+    peak = {r: estimate_memory(QWEN, CLUSTER, replace(PAR, recompute=r)).total_gib for r in ("none", "layernorm+moe")}
+    assert peak["layernorm+moe"] < peak["none"]
+
+
+def test_recomputing_moe_runs_its_gemms_and_all_to_alls_again():
+    def step(recompute, **kw):
+        return estimate_step(QWEN, CLUSTER, replace(PAR, recompute=recompute, **kw), default_profile("H100-80GB"))
+    none, act, moe, full = (step(r) for r in ("none", "moe_act", "moe", "full"))
+    assert 0 < act.breakdown["recompute"] < 0.1 * moe.breakdown["recompute"]
+    assert none.time_s < act.time_s < moe.time_s < full.time_s
+    ep = {r: step(r).breakdown for r in ("none", "moe", "full", "moe_act")}
+    ep_time = {r: b.get("ep_exposed", 0) + b.get("ep_hidden", 0) for r, b in ep.items()}
+    # the forward's dispatch and combine run again before the backward's: 3 of 2 (full too)
+    assert ep_time["moe"] == ep_time["full"] == pytest.approx(1.5 * ep_time["none"]) == pytest.approx(
+        1.5 * ep_time["moe_act"])
+    flops = {r: recomputed_flops_per_token(QWEN, 4096, r) for r in ("layernorm", "moe", "full")}
+    assert flops["layernorm"] == 0 < flops["moe"] < flops["full"]
+
+
+def test_a_module_the_model_lacks_is_named_in_a_warning():
+    dense = model_from_name("llama3-8b")
+    warned = check_layout(dense, ClusterSpec(H100, 1, 8), ParallelConfig(dp=8, gbs=8, recompute="moe_act+layernorm"))
+    assert any("recompute modules moe_act free nothing in this model (it has no MoE layer)" in w for w in warned)
+    assert not any("recompute modules" in w for w in check_layout(QWEN, CLUSTER, replace(PAR, recompute="moe")))
+
+
+def test_exports_say_the_modules():
+    par = replace(PAR, recompute="moe+layernorm")
+    text, _ = export("megatron", QWEN, CLUSTER, par)
+    assert "--recompute-granularity selective" in text and "--recompute-modules layernorm moe" in text
+    text, notes = export("harness", QWEN, CLUSTER, par)
+    assert "--recompute selective" in text and any("'moe+layernorm' exported as 'selective'" in n for n in notes)
+    _, notes = export("torchtitan", QWEN, CLUSTER, replace(par, framework="fsdp2", zero=3))
+    assert any("no per-module (moe+layernorm) recompute" in n for n in notes)
+
+
+def test_published_rows_name_their_modules():
+    assert _recompute("selective (layernorm, moe)") == "layernorm+moe"
+    assert _recompute("selective (moe_act, layernorm)") == "moe_act+layernorm"
+    assert set(MODULES) >= set(modules(_recompute("selective (core_attn, mlp)")))
+    with pytest.raises(ValueError, match="not model"):
+        _recompute("selective (layernorm, mhc)")
