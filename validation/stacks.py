@@ -26,6 +26,7 @@ from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
 from calculators.specs.recompute import modules
+from validation.conventions import tokens_from_tflops
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step
@@ -160,6 +161,9 @@ def _run(line: int, row: dict) -> Run:
         tps = gbs * seq / _float(row, "step_time_s") / gpus
     if tps is None and _float(row, "mfu") is not None:
         tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
+    if tps is None and _float(row, "model_tflops_per_gpu"):
+        # a TFLOP/s-only table, counted by its framework's own formula (validation.conventions)
+        tps = tokens_from_tflops(row["source_id"], _float(row, "model_tflops_per_gpu"), model, seq, tp)
     mem = _float(row, "peak_memory_gib")
     return Run(line, row["source_id"], model, cluster, par, tps, mem, row["memory_kind"].strip(), row["note"])
 

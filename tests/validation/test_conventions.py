@@ -1,0 +1,32 @@
+"""Reading TFLOP/s-only tables: Megatron-LM's own FLOP count (validation/conventions.py)."""
+import pytest
+
+from calculators.specs.presets import model_from_name
+from calculators.time.flops import attention_flops, model_flops_per_token
+from validation.conventions import megatron_flops_per_token, tokens_from_tflops
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b"])
+@pytest.mark.parametrize("seq", [4096, 131072])
+def test_megatrons_count_is_ours_but_the_router(name, seq):
+    """Since 2025-03-06 Megatron counts the causal half of the attention square, as the calculators
+    do: the two counts, written apart, agree to the router's GEMM (which Megatron leaves out) and
+    the vocabulary's padding; before, it counted the whole square."""
+    model = model_from_name(name)
+    ours, theirs = model_flops_per_token(model, seq), megatron_flops_per_token(model, seq, causal_half=True)
+    if model.moe:
+        router = 6 * model.hidden * model.moe.experts * model.moe_layers
+        assert theirs == pytest.approx(ours - router, rel=1e-3)
+    else:
+        assert theirs == pytest.approx(ours, rel=1e-12)
+    square = megatron_flops_per_token(model, seq, causal_half=False)
+    assert square - theirs == pytest.approx(3 * model.layers * attention_flops(model, seq, causal=True), rel=1e-9)
+
+
+def test_only_sources_whose_count_is_known_are_read():
+    model = model_from_name("qwen3-235b-a22b")
+    assert tokens_from_tflops("nemo-long-context", 500.0, model, 16384, 4) is None
+    tps = tokens_from_tflops("megatron-moe-modelzoo-qwen3-longctx", 295.0, model, 16384, 4)
+    assert tps == pytest.approx(295e12 / megatron_flops_per_token(model, 16384, True, tp=4))
+    with pytest.raises(ValueError, match="multi-latent"):
+        megatron_flops_per_token(model_from_name("deepseek-v3"), 4096, True)
