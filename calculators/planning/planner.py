@@ -33,7 +33,8 @@ from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
 from ..specs.models import ModelSpec
-from ..specs.parallel import RECOMPUTE, ParallelConfig, derive, virtual_split
+from ..specs.parallel import ParallelConfig, derive, virtual_split
+from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
 from .space import space, structures
 from .split import balance_split
@@ -110,17 +111,20 @@ class _Search:
 
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
-        stage, the schedule with the smallest bubble, the smallest and the largest micro-batch."""
+        stage, the schedule with the smallest bubble (and DualPipe, whose paired forward and
+        backward hide the MoE all-to-alls, where allowed), the smallest and the largest micro-batch."""
         sp = self.space
-        schedule = next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule) if base.pp > 1 \
-            else base.schedule
+        schedules = [s for s in ("zb", "1f1b", "dualpipe") if s in sp["schedule"]] if base.pp > 1 else []
+        schedules = schedules[:1] + (["dualpipe"] if "dualpipe" in schedules[1:] and self.model.moe else [])
         times = []
         for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
-            try:
-                par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs, schedule=schedule)
-                times.append(self.score(par, fits=False))
-            except (ConfigError, ValueError):
-                continue
+            for schedule in schedules or [base.schedule]:
+                try:
+                    par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
+                                  schedule=schedule)
+                    times.append(self.score(par, fits=False))
+                except (ConfigError, ValueError):
+                    continue
         return min(times, default=0.0)
 
     def worth_rebalancing(self, par) -> bool:
@@ -236,7 +240,7 @@ class _Search:
         modes = [next((lv for lv in levels if totals[lv][r] <= usable), None) for r in range(par.pp)]
         if None in modes or len(set(modes)) == 1:
             return None
-        mixed = replace(par, recompute=max(modes, key=RECOMPUTE.index), recompute_ranks=tuple(modes))
+        mixed = replace(par, recompute=max(modes, key=recompute_order), recompute_ranks=tuple(modes))
         if self.uneven and par.vpp == 1 and par.schedule != "dualpipe":
             split = balance_split(self.model, self.cluster, mixed, self.profile, usable)
             if split:

@@ -9,6 +9,7 @@ from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
 from ..specs.parallel import DISPATCHERS, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES
+from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
@@ -49,7 +50,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "vpp": [2, 3, 4, 6, 8],
         "zero": [0, 1, 2, 3],
         "mbs": [1, 2, 4, 8],
-        "recompute": list(RECOMPUTE),
+        "recompute": list(recompute_levels(constraints.get("framework", "megatron"), model.moe is not None)),
         "schedule": list(DEFAULT_SCHEDULES),
         "precision": ["bf16"],
         # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
@@ -70,10 +71,13 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero"):
         for v in sp[knob]:
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
-    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("recompute", RECOMPUTE),
-                          ("dispatcher", DISPATCHERS)):
+    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
+    for v in sp["recompute"]:
+        if not (v in RECOMPUTE or modules(v)):
+            problems.append(f"plan constraints: recompute must be one of {', '.join(map(repr, RECOMPUTE))} or "
+                            f"Megatron's recompute modules joined by '+' (e.g. {MODULES_TEXT}) (got {show(v)})")
     for v in sp["tp_overlap"]:
         flag(problems, "plan constraints: tp_overlap", v)
     if problems:
@@ -87,7 +91,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         sp[knob] = [v for v in sp[knob] if v in runs]
     if model.moe is None:
         sp["ep"], sp["etp"] = [1], [0]
-    sp["recompute"] = [r for r in RECOMPUTE if r in sp["recompute"]]   # least first
+    sp["recompute"] = sorted(dict.fromkeys(sp["recompute"]), key=recompute_order)   # least first
     return sp
 
 

@@ -107,14 +107,29 @@ def policy(framework: str, recompute: str) -> tuple[str, int]:
 
 def order(recompute: str) -> float:
     """How much a value recomputes, for ordering (none < core_attn/selective < a module list, by
-    its length < op_sac < layer:N by 1/N < full): the most of a layout's per-rank values names the
-    layout."""
+    MODULE_SHARE < op_sac < layer:N by 1/N < full): the most of a layout's per-rank values names
+    the layout, and the planner tries them least first."""
     m = _LAYER.fullmatch(recompute)
     if m:
         return 3.0 - 1.0 / int(m.group(1))
-    if modules(recompute):
-        return 1.0 + len(modules(recompute)) / (len(MODULES) + 1)
+    if modules(recompute):     # between core_attn and op_sac, by the share of the layer each reruns
+        return 1.0 + min(0.95, sum(MODULE_SHARE[m] for m in modules(recompute)))
     return {"none": 0.0, "selective": 1.0, "core_attn": 1.0, "op_sac": 2.0, "full": 3.0}[recompute]
+
+
+# a rough share of a layer's forward each module reruns, for ordering only: the norms, activations
+# and up projections are a few memory-bound kernels; the MLP or the MoE block most of the layer
+MODULE_SHARE = {"core_attn": 0.05, "layernorm": 0.05, "moe_act": 0.1, "mla_up_proj": 0.1, "shared_experts": 0.15,
+                "mlp": 0.5, "moe": 0.6}
+# the planner's levels for MoE layers under Megatron, least first: Megatron-Bridge's MoE recipes
+# recompute these before a whole layer
+MOE_LEVELS = ("moe_act+layernorm", "layernorm+moe")
+
+
+def levels(framework: str, moe: bool) -> tuple[str, ...]:
+    """The recompute values the planner tries, least first: none, selective, full, and for an MoE
+    model under Megatron its module lists between selective and full."""
+    return STANDARD[:2] + (MOE_LEVELS if moe and framework == "megatron" else ()) + STANDARD[2:]
 
 
 def sac_saved(matmuls: tuple[Matmul, ...]) -> tuple[bool, ...]:

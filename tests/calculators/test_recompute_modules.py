@@ -87,3 +87,27 @@ def test_published_rows_name_their_modules():
     assert set(MODULES) >= set(modules(_recompute("selective (core_attn, mlp)")))
     with pytest.raises(ValueError, match="not model"):
         _recompute("selective (layernorm, mhc)")
+
+
+def test_the_planner_tries_the_moe_modules_before_a_full_recompute():
+    from calculators.planning.space import space
+    moe = space(QWEN, CLUSTER, 4096, {})["recompute"]
+    assert moe == ["none", "selective", "moe_act+layernorm", "layernorm+moe", "full"]
+    assert space(model_from_name("llama3-8b"), CLUSTER, 4096, {})["recompute"] == ["none", "selective", "full"]
+    assert space(QWEN, CLUSTER, 4096, {"framework": "fsdp2"})["recompute"] == ["none", "selective", "full"]
+    assert space(QWEN, CLUSTER, 4096, {"recompute": ["full", "moe"]})["recompute"] == ["moe", "full"]
+    with pytest.raises(ConfigError, match=r"recompute must be one of .* joined by '\+'"):
+        space(QWEN, CLUSTER, 4096, {"recompute": "moe+moe"})
+
+
+def test_a_narrower_search_never_finds_a_faster_moe_plan():
+    """The planner prunes a structure whose optimistic time is well behind the leaders; that time
+    must count DualPipe, whose paired forward and backward hide the all-to-alls, or a DualPipe
+    layout is pruned that a search restricted to DualPipe finds (it was, on Qwen3-30B-A3B)."""
+    from calculators.planning.planner import plan
+    cluster = ClusterSpec(H100, nodes=4, gpus_per_node=8)
+    best = plan(QWEN, cluster, 4096, 512).plans
+    for narrow in ({"schedule": "dualpipe"}, {"cp": 2, "ep": 8}, {"recompute": ["none", "selective", "full"]}):
+        found = plan(QWEN, cluster, 4096, 512, constraints=narrow).plans
+        assert best[0].step.time_s <= found[0].step.time_s * (1 + 1e-9), narrow
+    assert any(p.par.cp == 2 and p.par.ep == 8 and p.par.schedule == "dualpipe" for p in best)
