@@ -1,5 +1,6 @@
 """How a source counts the model FLOPs behind the TFLOP/s it publishes, so that a table that gives
-only TFLOP/s per GPU can be read as tokens/s per GPU (its FLOPs per token, not ours).
+only TFLOP/s per GPU can be read as tokens/s per GPU (its FLOPs per token, not ours). NeMo 2.0's
+FLOPs callback counts dense GPT-style models with the same terms as Megatron's formula.
 
 Megatron-LM logs `num_floating_point_operations` (megatron/training/training.py): 3 passes x 2
 FLOPs per multiply-add over the attention projections, the attention core, the MLP or the experts
@@ -13,13 +14,23 @@ from __future__ import annotations
 
 import math
 
-# source_id -> whether its Megatron counted the causal half of the attention square (the date of
-# the code the source ran, against 8873b55d6a of 2025-03-06)
-MEGATRON_TFLOPS = {
-    "megatron-core-moe-readme-2024-08": False,       # Megatron-Core v0.8, 2024
-    "megatron-moe-modelzoo-qwen3-longctx": True,     # Megatron-Core main, 2026-05
-    "megatron-moe-modelzoo-qwen3-gb200": True,
+# (source_id, words of its framework_version) -> whether the count it used took the causal half of
+# the attention square: Megatron's from 8873b55d6a (2025-03-06) on; NeMo 2.0's FLOPs callback
+# (nemo/utils/flops_formulas.py llama3, as of 811bd0e64d, 2025-03) is Megatron's earlier form,
+# the whole square, term for term. NeMo 24.03's long-context table (NeMo 1.x) states no count.
+TFLOPS_CONVENTIONS = {
+    ("megatron-core-moe-readme-2024-08", ""): False,      # Megatron-Core v0.8, 2024
+    ("megatron-moe-modelzoo-qwen3-longctx", ""): True,    # Megatron-Core main, 2026-05
+    ("megatron-moe-modelzoo-qwen3-gb200", ""): True,
+    ("nemo-long-context", "NeMo 25.04"): False,           # NeMo 2.0's llama3 formula
 }
+
+
+def convention(source: str, version: str) -> bool | None:
+    """Whether a source's TFLOP/s counted the causal half (True), the whole square (False), or
+    None where its count is not known."""
+    return next((half for (src, words), half in TFLOPS_CONVENTIONS.items() if src == source and words in version),
+                None)
 
 
 def megatron_flops_per_token(model, seq: int, causal_half: bool, tp: int = 1) -> float:
@@ -39,9 +50,10 @@ def megatron_flops_per_token(model, seq: int, causal_half: bool, tp: int = 1) ->
     return 12 * layers * h * h * (attention + mlp * swiglu / (layers * h) + padded / (2 * layers * h))
 
 
-def tokens_from_tflops(source: str, tflops: float, model, seq: int, tp: int) -> float | None:
-    """tokens/s per GPU from a source's published model TFLOP/s per GPU, where its convention is
-    known (MEGATRON_TFLOPS); None otherwise."""
-    if source not in MEGATRON_TFLOPS:
+def tokens_from_tflops(source: str, version: str, tflops: float, model, seq: int, tp: int) -> float | None:
+    """tokens/s per GPU from a source's published model TFLOP/s per GPU, where its count is known
+    (TFLOPS_CONVENTIONS); None otherwise."""
+    half = convention(source, version)
+    if half is None:
         return None
-    return tflops * 1e12 / megatron_flops_per_token(model, seq, MEGATRON_TFLOPS[source], tp)
+    return tflops * 1e12 / megatron_flops_per_token(model, seq, half, tp)

@@ -163,7 +163,8 @@ def _run(line: int, row: dict) -> Run:
         tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
     if tps is None and _float(row, "model_tflops_per_gpu"):
         # a TFLOP/s-only table, counted by its framework's own formula (validation.conventions)
-        tps = tokens_from_tflops(row["source_id"], _float(row, "model_tflops_per_gpu"), model, seq, tp)
+        tps = tokens_from_tflops(row["source_id"], row["framework_version"], _float(row, "model_tflops_per_gpu"),
+                                 model, seq, tp)
     mem = _float(row, "peak_memory_gib")
     return Run(line, row["source_id"], model, cluster, par, tps, mem, row["memory_kind"].strip(), row["note"])
 

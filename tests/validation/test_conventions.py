@@ -25,8 +25,20 @@ def test_megatrons_count_is_ours_but_the_router(name, seq):
 
 def test_only_sources_whose_count_is_known_are_read():
     model = model_from_name("qwen3-235b-a22b")
-    assert tokens_from_tflops("nemo-long-context", 500.0, model, 16384, 4) is None
-    tps = tokens_from_tflops("megatron-moe-modelzoo-qwen3-longctx", 295.0, model, 16384, 4)
+    assert tokens_from_tflops("nemo-long-context", "NeMo 24.03.01 container", 500.0, model, 16384, 4) is None
+    assert tokens_from_tflops("somebody-else", "", 500.0, model, 16384, 4) is None
+    tps = tokens_from_tflops("megatron-moe-modelzoo-qwen3-longctx", "", 295.0, model, 16384, 4)
     assert tps == pytest.approx(295e12 / megatron_flops_per_token(model, 16384, True, tp=4))
     with pytest.raises(ValueError, match="multi-latent"):
         megatron_flops_per_token(model_from_name("deepseek-v3"), 4096, True)
+
+
+def test_nemo2_counts_llama_as_megatron_did_before_2025():
+    """NeMo 2.0's FLOPs callback (nemo/utils/flops_formulas.py, llama3), written out here as NeMo
+    writes it, per sequence: the same count as Megatron's whole-square form."""
+    model, seq = model_from_name("llama3-8b"), 131072
+    L, h, g, a, f, V = model.layers, model.hidden, model.kv_heads, model.heads, model.ffn, model.vocab
+    nemo = seq * L * h * h * (12 + 12 * g / a + 18 * f / h + 12 * seq / h + 6 * V / (L * h))
+    assert megatron_flops_per_token(model, seq, causal_half=False) * seq == pytest.approx(nemo, rel=1e-12)
+    assert tokens_from_tflops("nemo-long-context", "NeMo 25.04.rc2 container", 1608.0, model, seq, 1) == \
+        pytest.approx(1608e12 * seq / nemo)
