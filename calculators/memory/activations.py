@@ -32,6 +32,7 @@ FakeTensorMode and saved-tensor hooks). Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..specs.frameworks import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
@@ -204,16 +205,17 @@ def module_freed(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict
     return out
 
 
+@lru_cache(maxsize=4096)
 def modules_kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
     """(bytes the layer keeps, the most one recomputed module re-materialises in backward) under a
-    module list: everything but what its modules free (moe covers moe_act and shared_experts)."""
+    module list: everything but what its modules free (moe covers moe_act and shared_experts).
+    layer_activations already leaves out the scores when the list has core_attn."""
     mods = set(modules(par.recompute))
     freed = module_freed(model, par, moe_layer)
     if "moe" in mods:
         mods -= {"moe_act", "shared_experts"}
-    parts = [freed[m] for m in mods]
-    everything = layer_activations(model, replace(par, recompute="none", recompute_ranks=()), moe_layer).total
-    return everything - sum(parts), max(parts, default=0.0)
+    kept = layer_activations(model, par, moe_layer).total - sum(freed[m] for m in mods - {"core_attn"})
+    return kept, max((freed[m] for m in mods), default=0.0)
 
 
 def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
