@@ -21,7 +21,8 @@ import gradio as gr
 from calculators.specs import limits
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import GPU_PRESETS
-from calculators.specs.parallel import DISPATCHERS, FRAMEWORKS, RECOMPUTE, SCHEDULES
+from calculators.specs.parallel import DISPATCHERS, FRAMEWORKS, SCHEDULES
+from calculators.specs.recompute import levels as recompute_levels
 from calculators.specs.presets import MODEL_PRESETS
 from calculators.specs.validate import show
 from playbook import escape
@@ -66,7 +67,9 @@ SCENARIO = {
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1, maximum=limits.MAX_BATCH),
             64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
-    "recompute": (lambda v: gr.Radio(list(RECOMPUTE), value=v, label="activation recompute"), "none"),
+    # the three levels and, between selective and full, Megatron's MoE module lists (chapter 7)
+    "recompute": (lambda v: gr.Radio(list(recompute_levels("megatron", True)), value=v, label="activation recompute"),
+                  "none"),
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
     "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision"), "bf16"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
