@@ -53,6 +53,8 @@ def values_from_query(query: dict, widgets, slugs) -> tuple[str | None, dict]:
                 value = coerce(raw, w.defaults[key])
             except (TypeError, ValueError, OverflowError):
                 continue
+            if isinstance(value, str) and " " in value and control_problem(comp, value):
+                value = value.replace(" ", "+")       # a hand-typed '+' (moe_act+layernorm) reads as a space
             if not control_problem(comp, value):
                 settings[(w.wid, key)] = value
     return chapter, settings

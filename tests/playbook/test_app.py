@@ -83,6 +83,10 @@ def test_url_query_sets_chapter_and_valid_settings_only(demo):
     assert chapter == "pipeline-parallel"
     assert settings == {("schedule_6_1", "m"): 16, ("schedule_6_1", "schedule"): "zb"}
     assert w.defaults["m"] == 8
+    # a recompute module list typed into a link: its '+' arrives as a space
+    _, settings = values_from_query({"memory_7_1.recompute": "layernorm moe", "memory_7_1.seq": "4096 8"}, widgets,
+                                    ["expert-parallel"])
+    assert settings == {("memory_7_1", "recompute"): "layernorm+moe"}
 
 
 def _server_side_ms(demo, name, args, n):
