@@ -4,6 +4,7 @@ test_recompute_torch.py."""
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from calculators.memory.activations import module_freed, saved_per_layer
 from calculators.memory.estimate import estimate_memory
@@ -111,3 +112,23 @@ def test_a_narrower_search_never_finds_a_faster_moe_plan():
         found = plan(QWEN, cluster, 4096, 512, constraints=narrow).plans
         assert best[0].step.time_s <= found[0].step.time_s * (1 + 1e-9), narrow
     assert any(p.par.cp == 2 and p.par.ep == 8 and p.par.schedule == "dualpipe" for p in best)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "llama3-8b"]),
+       st.sets(st.sampled_from(MODULES), min_size=1), st.sampled_from(["megatron", "fsdp2", "deepspeed"]),
+       st.sampled_from([1, 2]), st.booleans())
+def test_recomputing_a_module_never_costs_memory_nor_saves_time(name, mods, framework, tp, flash):
+    """Whatever the modules, the model or the stack: the peak is no higher than without recompute
+    and no lower than with a full one, and the step no faster than without."""
+    model = model_from_name(name)
+    cluster = ClusterSpec(H100, nodes=4, gpus_per_node=8)
+    ep = 8 if model.moe else 1
+    par = ParallelConfig(dp=32 // tp, tp=tp, sp=tp > 1, ep=ep, etp=1, gbs=64, seq=4096, framework=framework,
+                         zero=3 if framework == "fsdp2" else 1, flash=flash, recompute="+".join(sorted(mods)))
+    profile = default_profile("H100-80GB")
+    peak = {r: estimate_memory(model, cluster, replace(par, recompute=r)).total_gib
+            for r in ("none", par.recompute, "full")}
+    assert peak["full"] <= peak[par.recompute] * (1 + 1e-9) and peak[par.recompute] <= peak["none"] * (1 + 1e-9)
+    steps = {r: estimate_step(model, cluster, replace(par, recompute=r), profile).time_s for r in ("none", par.recompute)}
+    assert steps[par.recompute] >= steps["none"] * (1 - 1e-9)
