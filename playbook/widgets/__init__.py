@@ -23,7 +23,7 @@ from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import GPU_PRESETS
 from calculators.specs.parallel import DISPATCHERS, FRAMEWORKS, SCHEDULES
 from calculators.specs.recompute import levels as recompute_levels
-from calculators.specs.presets import MODEL_PRESETS
+from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.specs.validate import show
 from playbook import escape
 from playbook.values import MAX_CONFIG_CHARS, coerce as _coerce
@@ -67,15 +67,23 @@ SCENARIO = {
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1, maximum=limits.MAX_BATCH),
             64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
-    # the three levels and, between selective and full, Megatron's MoE module lists (chapter 7)
-    "recompute": (lambda v: gr.Radio(list(recompute_levels("megatron", True)), value=v, label="activation recompute"),
-                  "none"),
+    "recompute": (lambda v: recompute_radio(v, moe=False), "none"),
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
     "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision"), "bf16"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
     "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v, label="MoE dispatcher (deepep: a copy per node)"),
                    "alltoall"),
 }
+
+
+def recompute_radio(value, moe: bool):
+    """none, selective and full; for a widget whose model is an MoE preset (chapter 7) also
+    Megatron's MoE module lists between selective and full, what the planner tries too."""
+    return gr.Radio(list(recompute_levels("megatron", moe)), value=value, label="activation recompute")
+
+
+def _moe_preset(name) -> bool:
+    return name in MODEL_PRESETS and model_from_name(name).moe is not None
 
 
 def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[dict, dict]:
@@ -108,7 +116,8 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
         for part in (shown[:cut], shown[cut:]):
             with gr.Column(min_width=220):             # one block per column: one form, not one per control
                 for key in part:
-                    controls[key] = SCENARIO[key][0](defaults[key])
+                    controls[key] = recompute_radio(defaults[key], _moe_preset(defaults.get("model"))) \
+                        if key == "recompute" else SCENARIO[key][0](defaults[key])
                     if key == "config":
                         config_upload(controls[key])
     if "config" in controls and "model" in controls:

@@ -11,7 +11,6 @@ from calculators.planning.export import FORMATS
 from calculators.specs.hardware import GPU_PRESETS
 from calculators.specs.parallel import FRAMEWORKS
 from calculators.specs.presets import MODEL_PRESETS
-from calculators.specs.recompute import levels as recompute_levels
 from calculators.scenario import plan_answer
 from playbook import escape
 from playbook.plots import placeholder, plans_bar
@@ -26,8 +25,7 @@ CONTROLS = {
     "seq": (lambda v: gr.Number(v, label="sequence length", precision=0, minimum=128, maximum=limits.MAX_SEQ), 8192),
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1,
                                 maximum=limits.MAX_BATCH), 512),
-    "recompute": (lambda v: gr.Radio(["any", *recompute_levels("megatron", True)], value=v, label="recompute"),
-                  "any"),
+    "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
     "deepep": (lambda v: gr.Checkbox(v, label="DeepEP installed (MoE)"), False),
     "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
