@@ -37,7 +37,7 @@ from functools import lru_cache
 from ..specs.frameworks import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from ..specs.recompute import MODULES, modules, policy, sac_saved
+from ..specs.recompute import MODULES, modules, policy, recomputed_modules, sac_saved
 
 BF16 = 2
 FP32 = 4
@@ -103,15 +103,52 @@ def _weight_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tup
 ATTENTION_MATMULS = ("q", "k", "v", "o", "q_a", "q_b", "kv_a", "kv_b")
 
 
+def _compiled(par: ParallelConfig) -> bool:
+    """torch.compile's min-cut partitioner recomputes cheap pointwise work in backward rather than
+    save it (torch._functorch.partitioners; reductions such as the norm's rstd stay saved): the
+    norm's output from its input and rstd, silu(gate) and its product with up from gate and up."""
+    return par.compile and par.framework in ("fsdp2", "deepspeed")
+
+
+def _per_ffn(model: ModelSpec, par: ParallelConfig) -> int:
+    """T x ffn tensors an MLP keeps: SwiGLU keeps gate, up, silu(gate) and the product eagerly;
+    Megatron's fused bias-SwiGLU and torch.compile drop silu(gate) (the product stays: it is the
+    down projection's input); GELU its input and output."""
+    if model.mlp != "swiglu":
+        return 2
+    return 3 if _compiled(par) or par.framework == "megatron" else 4
+
+
+def _unfused_core(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
+    """(the bf16 s x s softmax probabilities, k and v repeated to all heads for the batched
+    matmuls) that attention without a flash kernel keeps."""
+    t = par.tp
+    scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
+    return scores, (BF16 * tokens(par) * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0)
+
+
+def _mlp_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
+    """What the MLP (or the MoE block) keeps beyond its input, by part: a dense layer's MLP; an
+    MoE layer's router (fp32 probabilities, int64 top-k indices), dispatch (the K x T dispatched
+    inputs and the outputs kept for the combine), routed experts and shared experts."""
+    t, T = par.tp, tokens(par)
+    per_ffn = _per_ffn(model, par)
+    if not moe_layer:
+        return {"mlp": BF16 * per_ffn * T * model.ffn / t}
+    e = model.moe
+    Tr = T / t if par.sp else T                       # tokens routed by this GPU
+    routed = e.top_k * Tr
+    return {"router": FP32 * Tr * e.experts + 8 * Tr * e.top_k, "dispatch": BF16 * routed * model.hidden * 2,
+            "experts": BF16 * per_ffn * routed * e.expert_ffn / par.etp,
+            "shared_experts": BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t}
+
+
 def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
     t = par.tp
     T = tokens(par)
     T_sp = T / t if par.sp else T                      # tokens in the norm regions
     h = model.hidden
-    # torch.compile's min-cut partitioner recomputes cheap pointwise work in backward rather than
-    # save it (torch._functorch.partitioners; reductions such as the norm's rstd stay saved): the
-    # norm's output from its input and rstd, silu(gate) and its product with up from gate and up
-    compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
+    compiled = _compiled(par)
     norm_region = T_sp * (_norm_kept(par.framework, compiled) * h + FP32)    # per norm: what it keeps, its rstd
     autocast = autocast_over_fp32(par)
     att_norm = mlp_norm = norm_region
@@ -133,24 +170,11 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
         attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
     scores = 0.0
     if not par.flash and _keeps_scores(par):
-        scores = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2
-        # the unfused core keeps k and v repeated to all heads for the batched matmuls
-        attention += BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0
-    # SwiGLU keeps gate, up, silu(gate) and the product eagerly; Megatron's fused bias-SwiGLU and
-    # torch.compile drop silu(gate) (the product stays: it is the down projection's input)
-    per_ffn = (3 if compiled or par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
+        scores, repeated_kv = _unfused_core(model, par)
+        attention += repeated_kv
     mlp = mlp_norm                                    # norm output = input of the MLP / router
-    if not moe_layer:
-        mlp += BF16 * per_ffn * T * model.ffn / t
-    else:
-        e = model.moe
-        Tr = T_sp                                     # tokens routed by this GPU
-        routed = e.top_k * Tr
-        mlp += FP32 * Tr * e.experts + 8 * Tr * e.top_k        # router probabilities, top-k indices
-        mlp += BF16 * routed * h * 2                           # dispatched inputs, outputs for combine
-        mlp += BF16 * per_ffn * routed * e.expert_ffn / par.etp
-        if e.shared_experts:
-            mlp += BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+    for part in _mlp_parts(model, par, moe_layer).values():
+        mlp += part
     layer_input = (FP32 if autocast else BF16) * T_sp * h
     if autocast:
         casts = _weight_casts(model, par, moe_layer)
@@ -182,26 +206,21 @@ def module_freed(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict
     t = par.tp
     T = tokens(par)
     T_sp = T / t if par.sp else T
-    compiled = par.compile and par.framework in ("fsdp2", "deepspeed")
-    per_ffn = (3 if compiled or par.framework == "megatron" else 4) if model.mlp == "swiglu" else 2
     out = dict.fromkeys(MODULES, 0.0)
     if not par.flash:
-        out["core_attn"] = BF16 * par.mbs * (model.heads / t) * (par.seq / par.cp) ** 2 + (
-            BF16 * T * 2 * (model.q_dim - model.kv_dim) / t if not model.mla else 0.0)
+        out["core_attn"] = sum(_unfused_core(model, par))
     # each norm keeps _norm_kept bytes per element and its rstd; recomputed, it keeps its bf16 input
-    out["layernorm"] = 2 * T_sp * ((_norm_kept(par.framework, compiled) - BF16) * model.hidden + FP32)
+    out["layernorm"] = 2 * T_sp * ((_norm_kept(par.framework, _compiled(par)) - BF16) * model.hidden + FP32)
     if model.mla:
         out["mla_up_proj"] = BF16 * T * (2 * model.q_dim + model.attn_out_dim) / t
+    parts = _mlp_parts(model, par, moe_layer)
     if not moe_layer:
-        out["mlp"] = BF16 * per_ffn * T * model.ffn / t
+        out["mlp"] = parts["mlp"]
         return out
-    e = model.moe
-    routed = e.top_k * T_sp
-    out["moe_act"] = BF16 * (per_ffn - (2 if model.mlp == "swiglu" else 1)) * routed * e.expert_ffn / par.etp
-    if e.shared_experts:
-        out["shared_experts"] = BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
-    out["moe"] = (FP32 * T_sp * e.experts + 8 * T_sp * e.top_k + BF16 * routed * model.hidden * 2
-                  + BF16 * per_ffn * routed * e.expert_ffn / par.etp + out["shared_experts"])
+    per_ffn = _per_ffn(model, par)
+    out["moe_act"] = parts["experts"] * (per_ffn - (2 if model.mlp == "swiglu" else 1)) / per_ffn
+    out["shared_experts"] = parts["shared_experts"]
+    out["moe"] = sum(parts.values())
     return out
 
 
@@ -210,10 +229,8 @@ def modules_kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tupl
     """(bytes the layer keeps, the most one recomputed module re-materialises in backward) under a
     module list: everything but what its modules free (moe covers moe_act and shared_experts).
     layer_activations already leaves out the scores when the list has core_attn."""
-    mods = set(modules(par.recompute))
+    mods = recomputed_modules(par.recompute)
     freed = module_freed(model, par, moe_layer)
-    if "moe" in mods:
-        mods -= {"moe_act", "shared_experts"}
     kept = layer_activations(model, par, moe_layer).total - sum(freed[m] for m in mods - {"core_attn"})
     return kept, max((freed[m] for m in mods), default=0.0)
 

@@ -114,11 +114,14 @@ class _Search:
         stage, the schedule with the smallest bubble (and DualPipe, whose paired forward and
         backward hide the MoE all-to-alls, where allowed), the smallest and the largest micro-batch."""
         sp = self.space
-        schedules = [s for s in ("zb", "1f1b", "dualpipe") if s in sp["schedule"]] if base.pp > 1 else []
-        schedules = schedules[:1] + (["dualpipe"] if "dualpipe" in schedules[1:] and self.model.moe else [])
+        schedules = [base.schedule]
+        if base.pp > 1:
+            schedules = [next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule)]
+            if self.model.moe and "dualpipe" in sp["schedule"]:
+                schedules.append("dualpipe")
         times = []
         for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
-            for schedule in schedules or [base.schedule]:
+            for schedule in dict.fromkeys(schedules):
                 try:
                     par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
                                   schedule=schedule)

@@ -66,6 +66,13 @@ def modules(recompute: str) -> tuple[str, ...]:
     return tuple(m for m in MODULES if m in names)
 
 
+def recomputed_modules(recompute: str) -> set[str]:
+    """The modules of a list that each rerun a part of their own: moe already covers moe_act and
+    shared_experts, which run inside it."""
+    mods = set(modules(recompute))
+    return mods - {"moe_act", "shared_experts"} if "moe" in mods else mods
+
+
 def matmul_modules(name: str, moe_layer: bool) -> tuple[str, ...]:
     """The modules whose recompute runs the layer matmul `name` (ModelSpec.layer_matmuls) again:
     MLA's up projections mla_up_proj; the rest of attention none (only full, op_sac); a dense

@@ -28,7 +28,7 @@ from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
-from ..specs.recompute import MODULES, matmul_modules, modules, policy as recompute_policy, sac_saved
+from ..specs.recompute import MODULES, matmul_modules, policy as recompute_policy, recomputed_modules, sac_saved
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,7 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
     module's GEMMs and its element-wise passes (a norm reads and writes T x h, bf16; an activation
     reads its inputs and writes its output; moe permutes its tokens again), core_attn the
     attention core. moe's all-to-alls run again too (step.py counts them with the EP traffic)."""
-    mods = set(modules(par.recompute))
-    if "moe" in mods:
-        mods -= {"moe_act", "shared_experts"}
+    mods = recomputed_modules(par.recompute)
     swiglu_io = 3 if model.mlp == "swiglu" else 2          # bf16 units an activation reads and writes
     T_sp = T / par.tp if par.sp else T
     total = sum(gemms[m] for m in mods) + (attn if "core_attn" in mods else 0.0)
