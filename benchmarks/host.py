@@ -70,6 +70,11 @@ def facts(device: torch.device, g: Grid) -> dict:
     if device.type == "cuda":
         out.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+        # the caching allocator's settings set how far peak reserved sits above peak allocated
+        # (torchtitan's launcher turns on expandable segments)
+        alloc = os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        if alloc:
+            out["alloc_conf"] = alloc[:200]
     else:
         out["gpu"] = "cpu"
     return out

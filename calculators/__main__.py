@@ -23,7 +23,7 @@ from .specs import limits
 from .specs.errors import ConfigError
 from .specs.hardware import GPU_PRESETS
 from .specs.parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
-from .specs.recompute import MODULES_TEXT
+from .specs.recompute import EXPLICIT, MODULES_TEXT
 from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
 from .specs.validate import bounded_lines, loads, show
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     m.add_argument("--seq", type=int, default=4096)
     m.add_argument("--sp", action="store_true", help="sequence parallelism with TP")
     m.add_argument("--recompute", default="none", metavar="POLICY",
-                   help=f"{', '.join(RECOMPUTE)}, core_attn, op_sac, layer:N, or Megatron's recompute modules "
+                   help=f"{', '.join(RECOMPUTE + EXPLICIT)}, layer:N, or Megatron's recompute modules "
                         f"joined by '+' ({MODULES_TEXT}); checked with the layout")
     m.add_argument("--precision", default="bf16", choices=("bf16", "fp8"))
     m.add_argument("--schedule", default="1f1b", choices=SCHEDULES)

@@ -55,6 +55,8 @@ def _recompute(text: str) -> str:
     words = detail.replace(";", " ").replace(":", " ").replace(")", " ").split()
     if base != "selective" or not detail:
         return RECOMPUTE.get(base, base)
+    if "op_sac+core_attn" in words:               # op SAC whose save list lacks the attention kernel
+        return "op_sac+core_attn"
     if "op" in words or "per-op" in words:
         return "op_sac"
     if "torchtitan" in words and "layer" in words:

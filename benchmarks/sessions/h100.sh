@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session of measurements on a single H100 (or H200): the suites that need one GPU only.
 #   bash benchmarks/sessions/h100.sh OUTDIR [stage ...]
-# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra (default:
+# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra expandable (default:
 # probe gemm attention long train1 train2 memory cp). Each stage has a wall-clock limit so that one
 # slow or hanging stage cannot take the others' time; results append to OUTDIR/<suite>.jsonl (a
 # sweep resumes: configs already there are skipped).
@@ -67,6 +67,13 @@ for s in $stages; do
     extra)       # the other kernels, head dim 64 at length, GQA 4
       stage extra 120 $py -m benchmarks attention --seqs 2048,16384,65536 --head-dims 64,128 --gqa 4 \
         --causal true --backends flash,cudnn,efficient --iters 5 --out "$out/attention.jsonl" ;;
+    expandable)  # the memory stage's 8B runs under expandable segments, as torchtitan launches: peak
+                 # reserved over peak allocated there, where the calculators take the nanotron runs' 1.10
+      for rc in none full; do
+        stage "memory-8b-expandable-$rc" 90 env PYTORCH_ALLOC_CONF=expandable_segments:True $py -m benchmarks memory \
+          --world 64 --zero 3 --model llama3-8b --seq 8192 --mbs 1 --gbs 64 --recompute $rc --steps 2 --warmup 1 \
+          --out "$out/memory_expandable.jsonl"
+      done ;;
     *) echo "unknown stage $s" ;;
   esac
 done

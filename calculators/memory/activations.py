@@ -37,7 +37,7 @@ from functools import lru_cache
 from ..specs.frameworks import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from ..specs.recompute import MODULES, modules, policy, recomputed_modules, sac_saved
+from ..specs.recompute import MODULES, modules, policy, recomputed_modules, sac_recomputes_attention, sac_saved
 
 BF16 = 2
 FP32 = 4
@@ -240,12 +240,15 @@ def sac_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
     matmuls it saves (recompute.sac_saved: a column-parallel one's T x fan_out/tp shard, a
     row-parallel one's T x h before its reduction), with sequence parallelism the reduce-scatters'
     outputs (saved collectives), the attention output and log-sum-exp, and in MoE layers the top-k
-    routing and, with expert parallelism, the all-to-alls' outputs."""
+    routing and, with expert parallelism, the all-to-alls' outputs. op_sac+core_attn keeps no
+    attention output: its kernel is not in the save list."""
     t = par.tp
     T = tokens(par)
     T_sp = T / t if par.sp else T
     layer_input = (FP32 if autocast_over_fp32(par) else BF16) * T_sp * model.hidden    # fp32 under autocast
-    kept = layer_input + BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
+    kept = layer_input
+    if not sac_recomputes_attention(par.recompute):
+        kept += BF16 * T * model.attn_out_dim / t + FP32 * T * model.heads / t
     mms = model.layer_matmuls(moe_layer)
     for mm, saved in zip(mms, sac_saved(mms)):
         if saved:

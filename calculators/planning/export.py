@@ -18,7 +18,7 @@ from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
 from ..specs.frameworks import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
-from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy
+from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
 
 FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
@@ -156,6 +156,9 @@ def _torchtitan_recompute(par, notes) -> list:
         what = "attention-core-only" if kind == "core_attn" else f"per-module ({par.recompute})"
         notes.append(f"torchtitan has no {what} recompute: exported as its op-level selective "
                      "checkpointing, which also recomputes half the matmuls and the element-wise ops")
+    if sac_recomputes_attention(par.recompute):
+        notes.append("op_sac+core_attn is torchtitan's op-level checkpointing as it ran on Blackwell before "
+                     "2025-12-01 (cuDNN attention missing from its save list); today's keeps the attention output")
     return ['mode = "selective"', 'selective_ac_option = "op"']
 
 

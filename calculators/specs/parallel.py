@@ -14,7 +14,7 @@ from .validate import check_fields, show, whole_list
 from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
-from .recompute import (MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
+from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
                         valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
@@ -47,7 +47,7 @@ class ParallelConfig:
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
-    recompute: str = "none"      # none | selective | full | core_attn | op_sac | layer:N | modules a+b (recompute.py;
+    recompute: str = "none"      # none | selective | full | core_attn | op_sac[+core_attn] | layer:N | modules a+b (recompute.py;
                                  # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
     precision: str = "bf16"      # bf16 | fp8
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
@@ -71,7 +71,7 @@ class ParallelConfig:
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS})
         require(p, recompute_valid(self.recompute),
-                lambda: f"parallel.recompute must be one of {RECOMPUTE + ('core_attn', 'op_sac')}, layer:N "
+                lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
                         f"joined by '+' (e.g. {MODULES_TEXT}; modules: {', '.join(MODULES)}) "
                         f"(got {show(self.recompute)})")

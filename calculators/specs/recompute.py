@@ -9,6 +9,7 @@ each framework says what its "selective" is:
 | core_attn   | core_attn | everything but the attention scores   | the attention core's forward |
 | op_sac      | op_sac    | the layer's input, every other matmul's output, the attention's | the other matmuls, |
 |             |           | output and log-sum-exp, collectives' outputs | every element-wise op |
+| op_sac+core_attn | op_sac | as op_sac, less the attention's output and log-sum-exp | as op_sac, and the attention core |
 | full        | full      | the layer's input                     | the layer's forward      |
 | layer:N     | full on every N-th layer, none on the others | | |
 | selective   | megatron, nanotron, deepspeed: core_attn; fsdp2: op_sac | | |
@@ -24,6 +25,12 @@ each framework says what its "selective" is:
   recompute (`force_recompute_mm_shapes_by_fqns`), and the experts' grouped GEMMs are not in the
   save list (torchtitan/distributed/activation_checkpoint.py, SelectiveAC). Everything else
   (norms, RoPE, activation functions, residual adds) is recomputed.
+- op_sac+core_attn is op_sac where the attention kernel is not in the save list, so its output is
+  recomputed too. torchtitan runs cuDNN attention on Blackwell (models/attention.py puts
+  SDPBackend.CUDNN_ATTENTION first when the device's capability is 10.0 or more, since 3b85aa31f,
+  2025-05-14), and its save list named only SDPA's flash and efficient kernels until
+  `_scaled_dot_product_cudnn_attention` joined it (b39377f9f, 2025-12-01): torchtitan's "selective"
+  on a B200 between those dates is this policy; before and after it, and on Hopper, it is op_sac.
 - layer:N is torchtitan's earlier layer-level selective AC (`selective_ac_option = N`): every
   N-th block is wrapped in full checkpointing. layer:1 is full.
 - a list of Megatron's submodules joined by "+" (`layernorm+moe`, `core_attn+moe_act`) is
@@ -44,7 +51,7 @@ import re
 from .models import Matmul
 
 STANDARD = ("none", "selective", "full")          # the planner's levels, least memory saved first
-EXPLICIT = ("core_attn", "op_sac")
+EXPLICIT = ("core_attn", "op_sac", "op_sac+core_attn")
 MAX_EVERY = 1024
 _LAYER = re.compile(r"layer:([1-9][0-9]{0,3})")
 SELECTIVE = {"fsdp2": "op_sac"}                   # every other framework's "selective" is core_attn
@@ -109,7 +116,17 @@ def policy(framework: str, recompute: str) -> tuple[str, int]:
         return "full", int(m.group(1))
     if modules(recompute):
         return "modules", 1
+    if recompute == SAC_WITH_ATTENTION:
+        return "op_sac", 1
     return recompute, 1
+
+
+SAC_WITH_ATTENTION = "op_sac+core_attn"
+
+
+def sac_recomputes_attention(recompute: str) -> bool:
+    """Whether an op_sac policy leaves the attention core out of its save list (op_sac+core_attn)."""
+    return recompute == SAC_WITH_ATTENTION
 
 
 def order(recompute: str) -> float:
@@ -121,7 +138,8 @@ def order(recompute: str) -> float:
         return 3.0 - 1.0 / int(m.group(1))
     if modules(recompute):     # between core_attn and op_sac, by the share of the layer each reruns
         return 1.0 + min(0.95, sum(MODULE_SHARE[m] for m in modules(recompute)))
-    return {"none": 0.0, "selective": 1.0, "core_attn": 1.0, "op_sac": 2.0, "full": 3.0}[recompute]
+    return {"none": 0.0, "selective": 1.0, "core_attn": 1.0, "op_sac": 2.0, SAC_WITH_ATTENTION: 2.05,
+            "full": 3.0}[recompute]
 
 
 # a rough share of a layer's forward each module reruns, for ordering only: the norms, activations

@@ -28,7 +28,8 @@ from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
-from ..specs.recompute import MODULES, matmul_modules, policy as recompute_policy, recomputed_modules, sac_saved
+from ..specs.recompute import (MODULES, matmul_modules, policy as recompute_policy, recomputed_modules,
+                               sac_recomputes_attention, sac_saved)
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
     forward = gemm + attn + mem
     kind, every = recompute_policy(par.framework, par.recompute)
     recompute = _modules_recompute(model, par, moe_layer, T, by_module, attn, gpu, profile) if kind == "modules" \
-        else {"full": forward / every, "core_attn": attn, "op_sac": unsaved + mem}.get(kind, 0.0)
+        else {"full": forward / every, "core_attn": attn,
+              "op_sac": unsaved + mem + (attn if sac_recomputes_attention(par.recompute) else 0.0)}.get(kind, 0.0)
     return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
                      backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
                      column_gemms=cols)

@@ -15,7 +15,7 @@ Conventions (to be stated wherever a FLOPs, MFU or HFU number is shown):
 from __future__ import annotations
 
 from ..specs.models import ModelSpec
-from ..specs.recompute import matmul_modules, modules, policy, sac_saved
+from ..specs.recompute import matmul_modules, modules, policy, sac_recomputes_attention, sac_saved
 
 
 def layer_matmul_flops(model: ModelSpec, moe_layer: bool) -> float:
@@ -61,7 +61,7 @@ def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causa
         for moe, n in ((False, model.dense_mlp_layers), (True, model.moe_layers)):
             mms = model.layer_matmuls(moe) if n else ()
             total += n * sum(2.0 * m.fan_in * m.fan_out * m.used for m, kept in zip(mms, sac_saved(mms)) if not kept)
-        return total
+        return total + (model.layers * attention_flops(model, seq, causal) if sac_recomputes_attention(recompute) else 0.0)
     return 0.0
 
 

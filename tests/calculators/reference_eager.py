@@ -203,12 +203,15 @@ def elementwise_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq) 
     return out
 
 
-def torchtitan_op_sac_policy():
+def torchtitan_op_sac_policy(save_attention: bool = True):
     """torchtitan's SelectiveAC (mode op) policy: must-save the outputs of compute-intensive ops
-    (mm, SDPA) except every second mm of the block, recompute everything else."""
+    (mm, SDPA) except every second mm of the block, recompute everything else. Without
+    `save_attention` no SDPA kernel is saved, as when the one that runs is missing from the list."""
     from torch._functorch.partitioners import get_default_op_list
     save = {op.default for op in get_default_op_list().compute_intensive_ops}
     save.add(aten._scaled_dot_product_flash_attention_for_cpu.default)   # on CPU, what stands for the CUDA flash op
+    if not save_attention:
+        save = {op for op in save if "scaled_dot_product" not in str(op)}
     mm = (aten.mm.default, aten.linear.default)
 
     def context():
@@ -243,7 +246,8 @@ REGIONS = ("layernorm", "act", "mlp")
 
 def kept_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq, policy: str = "none") -> int:
     """Bytes of the storages created in one forward that are still alive after it (the output's
-    own excluded): what backward keeps, under `policy` none, op_sac (torchtitan's), full, or one of
+    own excluded): what backward keeps, under `policy` none, op_sac (torchtitan's), op_sac+core_attn
+    (the same with no attention kernel saved), full, or one of
     REGIONS checkpointed inside the block (Megatron's recompute modules layernorm, moe_act on the
     same SwiGLU, mlp)."""
     torch.manual_seed(0)
@@ -260,7 +264,7 @@ def kept_bytes(block_cls, h, heads, kv_heads, ffn, head_dim, batch, seq, policy:
         if policy == "none":
             y = block(x, tables)
         else:
-            context = torchtitan_op_sac_policy() if policy == "op_sac" else None
+            context = torchtitan_op_sac_policy(policy == "op_sac") if policy.startswith("op_sac") else None
             kwargs = {"context_fn": context} if context else {}
             y = checkpoint(block, x, tables, use_reentrant=False, **kwargs)
     out_storage = y.untyped_storage()

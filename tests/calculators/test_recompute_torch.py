@@ -32,7 +32,7 @@ def _model(h, heads, kv, ffn, head_dim):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("block,framework", [(TitanBlockCuda, "fsdp2"), (HFBlock, "deepspeed")],
                          ids=["torchtitan", "hugging-face"])
-@pytest.mark.parametrize("recompute", ["none", "op_sac", "full"])
+@pytest.mark.parametrize("recompute", ["none", "op_sac", "op_sac+core_attn", "full"])
 def test_kept_bytes_match_what_pytorch_keeps(shape, block, framework, recompute):
     """bf16 blocks, as FSDP2's mixed precision runs them (ZeRO 3: no autocast)."""
     h, heads, kv, ffn, head_dim, batch, seq = shape
@@ -73,6 +73,25 @@ def test_layer_level_recompute_averages_over_its_period():
     assert order("none") < order("selective") < order("op_sac") < order("layer:2") < order("layer:8") < order("full")
     assert recomputed_flops_per_token(model, 128, "layer:2", framework="fsdp2") == pytest.approx(
         recomputed_flops_per_token(model, 128, "full", framework="fsdp2") / 2)
+
+
+def test_op_sac_without_the_attention_in_its_save_list_runs_the_attention_core_again():
+    """torchtitan's op SAC on a B200 before its save list named cuDNN attention: the attention core
+    runs again in backward (its FLOPs and its seconds), and nothing else changes."""
+    from calculators.specs.hardware import GPU_PRESETS
+    from calculators.time.compute import layer_time
+    from calculators.time.flops import attention_flops
+    from calculators.time.profiles import default_profile
+    model = _model(512, 8, 8, 1024, None)
+    extra = (recomputed_flops_per_token(model, 2048, "op_sac+core_attn", framework="fsdp2")
+             - recomputed_flops_per_token(model, 2048, "op_sac", framework="fsdp2"))
+    assert extra == pytest.approx(model.layers * attention_flops(model, 2048, True)) and extra > 0
+    gpu = GPU_PRESETS["B200"]
+    sac, sac_attn = (layer_time(model, ParallelConfig(mbs=1, seq=2048, framework="fsdp2", recompute=r), False, gpu,
+                                default_profile(gpu.name)) for r in ("op_sac", "op_sac+core_attn"))
+    assert sac_attn.recompute == pytest.approx(sac.recompute + sac.attention) and sac_attn.forward == sac.forward
+    assert policy("fsdp2", "op_sac+core_attn") == ("op_sac", 1) and valid("op_sac+core_attn")
+    assert order("op_sac") < order("op_sac+core_attn") < order("layer:2") and not valid("core_attn+op_sac")
 
 
 def test_op_sac_saves_every_other_matmul_in_execution_order():
