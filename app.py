@@ -17,18 +17,17 @@ from playbook import ui  # noqa: E402
 from playbook.url import HEAD  # noqa: E402
 
 CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
-       " .tab-container button {padding-left: 6px !important; padding-right: 6px !important}"  # 14 tabs at 1280 px
+       # the chapters' navigation bar on one line at 1280 px, from the left, as a table of contents
+       " nav.fillable {justify-content: flex-start !important; flex-wrap: wrap; gap: 0 !important; padding: 0 16px !important}"
+       " nav.fillable a {padding-left: 5px !important; padding-right: 5px !important; font-size: 0.9em}"
        # a widget's shorter column of controls is filled with the panel's colour, not a grey band
        " .gr-group .row.unequal-height {align-items: stretch}"
        " .gr-group .row.unequal-height > .column {background: var(--block-background-fill)}")
 
 
 def build_app() -> gr.Blocks:
-    with gr.Blocks(title="LLM training playbook") as demo:
-        gr.Markdown("# LLM training playbook\nMemory, compute and communication of training large language models "
-                    "on GPU clusters, computed live by one set of calculators. Every setting is in the URL: "
-                    "copy it to share what you see.")
-        demo.playbook_widgets = ui.build()            # kept for the tests: each widget's controls and outputs
+    demo = gr.Blocks(title="LLM training playbook")
+    demo.playbook_widgets = ui.build(demo)            # kept for the tests: each widget's controls and outputs
     # Gradio queues every event; each widget sets its own concurrency (widgets.CONCURRENCY), so no
     # demo.queue(...) call: it would build Gradio's web app once more (half a second of the start)
     return demo

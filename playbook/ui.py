@@ -1,8 +1,12 @@
-"""The whole book as one Gradio page: a tab per chapter, its text and its live widgets, and the
-URL state. `build()` runs inside a gr.Blocks context (app.py composes and launches)."""
-from __future__ import annotations
+"""The whole book as a Gradio app of pages: a page per chapter (the first at the root, the others at
+their slug: /pipeline-parallel), its text and its live widgets, a navigation bar, and the URL
+state. `build(demo)` adds them to a gr.Blocks (app.py composes and launches).
 
-import json
+A page per chapter, not a tab per chapter: a browser loads only the open chapter's components, so
+the first widget draws about as soon as on a bare Gradio page (with every chapter in one page's
+config, 1.3 to 1.4 times as late: the frontend walks all of them before drawing any), and each
+chapter has an address of its own."""
+from __future__ import annotations
 
 import gradio as gr
 
@@ -16,26 +20,43 @@ WIDGETS = {"memory": memory.build, "timeline": timeline.build, "activations": ac
            "collectives": network.build_collectives, "roofline": network.build_roofline, "step": step.build,
            "planner": planner.build, "explorer": explorer.build, "budget": budget.build}
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+INTRO = ("# LLM training playbook\nMemory, compute and communication of training large language models on GPU "
+         "clusters, computed live by one set of calculators. Every setting is in the URL: copy it to share what "
+         "you see.")
 
 
-def build() -> list:
-    """Builds every chapter; returns the widgets (for tests and the URL state)."""
+def nav_name(ch) -> str:
+    return f"{ch.order} {ch.tab}"
+
+
+def build(demo: gr.Blocks) -> list:
+    """Adds every chapter to `demo` as a page; returns the widgets (for tests and the URL state)."""
     chapters = book.chapters()
+    slugs = [c.slug for c in chapters]
     widgets = []
-    with gr.Tabs() as tabs:
-        for ch in chapters:
-            with gr.Tab(f"{ch.order} {ch.tab}", id=ch.slug) as tab:
-                heading = f"# {ch.order}. {ch.title}\n\n"
-                for n, seg in enumerate(ch.segments):
-                    if seg[0] == "text":
-                        gr.Markdown(heading + seg[1], latex_delimiters=LATEX, header_links=True)
-                        heading = ""
-                    else:
-                        _, name, params = seg
-                        if name not in WIDGETS:
-                            raise ValueError(f"chapter {ch.slug}: unknown widget {name!r}; known: {', '.join(WIDGETS)}")
-                        widgets.append(WIDGETS[name](f"{name}_{ch.order}_{n}", params))
-                        connect(widgets[-1], tab.select)
-            tab.select(None, js=f"() => window.pbChapter({json.dumps(ch.slug)})")
-    wire_url(tabs, widgets, [c.slug for c in chapters])
+    with demo:
+        gr.Markdown(INTRO)
+        widgets += _chapter(demo, chapters[0], nav_name(chapters[0]), slugs)
+    for ch in chapters[1:]:
+        with demo.route(nav_name(ch), ch.slug):
+            widgets += _chapter(demo, ch, nav_name(chapters[0]), slugs)
+    return widgets
+
+
+def _chapter(demo: gr.Blocks, ch, home: str, slugs: list) -> list:
+    """One chapter's page: the navigation bar, its text and widgets, each drawn when the page loads."""
+    gr.Navbar(main_page_name=home)
+    heading = f"# {ch.order}. {ch.title}\n\n"
+    widgets = []
+    for n, seg in enumerate(ch.segments):
+        if seg[0] == "text":
+            gr.Markdown(heading + seg[1], latex_delimiters=LATEX, header_links=True)
+            heading = ""
+        else:
+            _, name, params = seg
+            if name not in WIDGETS:
+                raise ValueError(f"chapter {ch.slug}: unknown widget {name!r}; known: {', '.join(WIDGETS)}")
+            widgets.append(WIDGETS[name](f"{name}_{ch.order}_{n}", params))
+            connect(widgets[-1], demo.load)
+    wire_url(widgets, slugs, ch.slug)
     return widgets

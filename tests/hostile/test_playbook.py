@@ -27,8 +27,7 @@ HOSTILE = [1e308, -1.0, float("nan"), float("inf"), 10**30, 2**63, 0, -1, 0.5, T
 
 @pytest.fixture(scope="module")
 def widgets():
-    with gr.Blocks():
-        return ui.build()
+    return ui.build(gr.Blocks())
 
 
 def defaults_of(w) -> list:

@@ -108,5 +108,4 @@ def rss_mib(pid: int) -> float:
 @pytest.fixture(scope="session")
 def widgets():
     """The served page's widgets (ids, controls, defaults), built the same way in this process."""
-    with gr.Blocks():
-        return ui.build()
+    return ui.build(gr.Blocks())

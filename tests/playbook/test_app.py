@@ -89,6 +89,25 @@ def test_url_query_sets_chapter_and_valid_settings_only(demo):
     assert settings == {("memory_7_1", "recompute"): "layernorm+moe"}
 
 
+def test_each_chapter_is_a_page_of_its_own(demo):
+    """A page per chapter, at its slug, holding only its own widgets: a browser loads one chapter's
+    components (22 at the root, where one page of all chapters had 351), which is what draws the
+    first widget about as soon as a bare Gradio page's plot (test_browser.py)."""
+    from playbook import book
+    chapters = book.chapters()
+    config = demo.get_config_file()
+    assert [p[0] for p in demo.pages] == [""] + [c.slug for c in chapters[1:]]
+    by_id = {c["id"]: c for c in config["components"]}
+    for ch, (slug, *_) in zip(chapters, demo.pages):
+        ids = config["page"][slug]["components"]
+        elems = {by_id[i].get("props", {}).get("elem_id") for i in ids}
+        mine = [w.wid for w in demo.playbook_widgets if w.wid.split("_")[1] == str(ch.order)]
+        assert mine and all(f"{wid}-plot" in elems for wid in mine), (slug, mine)
+        others = [w.wid for w in demo.playbook_widgets if w.wid not in mine and f"{w.wid}-plot" in elems]
+        assert not others, (slug, others)
+        assert len(ids) <= 60, f"page {slug or '/'} has {len(ids)} components"
+
+
 def _server_side_ms(demo, name, args, n):
     """Gradio's own processing of one event (preprocess, handler, postprocess), no network."""
     fn = next(f for f in demo.fns.values() if f.api_name == name.lstrip("/"))
