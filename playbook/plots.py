@@ -129,10 +129,13 @@ def _log_axis(values, ticks=None) -> dict:
     lo, hi = min(positive), max(positive)
     if hi / lo >= 100:
         return dict(type="log", dtick=1)
-    # under two decades: 1-2-5 ticks, each labelled in full (plotly's minor labels read "2", "5")
-    marks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-             for m in (1, 2, 5)]
-    marks = [v for v in marks if lo / 1.5 <= v <= hi * 1.5]
+    # under two decades: 1-2-5 ticks, each labelled in full (plotly's minor labels read "2", "5");
+    # finer steps where the values span so little that 1-2-5 would leave fewer than three labels
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    for steps in ((1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)):
+        marks = [v for v in (m * 10.0 ** e for e in decades for m in steps) if lo / 1.5 <= v <= hi * 1.5]
+        if len(marks) >= 3:
+            break
     return dict(type="log", tickvals=marks, ticktext=[_decimal(v) for v in marks])
 
 
@@ -144,8 +147,16 @@ def _decimal(v: float) -> str:
     return f"{v:g}"
 
 
+DASHES = ("solid", "dash", "dot", "dashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up")
+
+
 def lines(xs, series: dict, x: str, y: str, title: str, log_x=False, log_y=False, marker_x=None) -> Figure:
-    data = [dict(type="scatter", x=xs, y=ys, name=name, mode="lines+markers") for name, ys in series.items()]
+    """One line per series, each with its own dash and marker, so that two series with the same
+    values (no recompute and selective with flash attention) both stay visible."""
+    data = [dict(type="scatter", x=xs, y=ys, name=name, mode="lines+markers",
+                 line=dict(dash=DASHES[n % len(DASHES)]), marker=dict(symbol=SYMBOLS[n % len(SYMBOLS)], size=8))
+            for n, (name, ys) in enumerate(series.items())]
     marks = [] if marker_x is None else [("v", marker_x, "#555", "dot", "this setting")]
     ys = [v for series_ys in series.values() for v in series_ys]
     return _figure(data, title, x, y, lines=marks,
@@ -165,9 +176,11 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
                          orientation="h", marker=dict(color=time_color(key),
                                                       pattern=dict(shape=HIDDEN if hidden else "")),
                          hovertemplate=f"{key}: %{{x:.3f}} s<extra></extra>"))
-    # the legend beside the bars, not under them, where it sat on the x-axis title
-    return _figure(data, title, "seconds per step", "", height=320, barmode="stack",
-                   legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+    # the legend beside the bars, not under them, where it sat on the x-axis title; in the bar's
+    # order, left to right; the figure as tall as the legend needs (about 22 px an entry), so it
+    # never scrolls
+    return _figure(data, title, "seconds per step", "", height=max(320, 150 + 22 * len(data)), barmode="stack",
+                   legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top", traceorder="normal"),
                    margin=dict(l=150, r=20, t=60, b=50))
 
 
@@ -287,8 +300,12 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
                          hoverinfo="skip"))
     span = [math.log10(lo), math.log10(hi)] if log else [lo, hi]
     kind = "log" if log else "linear"
-    scale = " (log)" if log else ""
-    return _figure(data, f"{metric}: measured vs predicted", f"measured {metric}{scale}", f"predicted {metric}{scale}",
+    def title(which):                # "measured peak memory (GiB, log)", not "(GiB) (log)"
+        text = f"{which} {metric}"
+        if not log:
+            return text
+        return f"{text[:-1]}, log)" if text.endswith(")") else f"{text} (log)"
+    return _figure(data, f"{metric}: measured vs predicted", title("measured"), title("predicted"),
                    height=640, legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
                    xaxis=dict(_log_axis(both) if log else {}, type=kind, range=span, constrain="domain"),
                    yaxis=dict(_log_axis(both) if log else {}, type=kind, range=span, scaleanchor="x", scaleratio=1,

@@ -1,6 +1,7 @@
 """Layout checks a reader's eye makes, done on the rendered page: no two text boxes of a plot
 overlap (from the drawn SVG's bounding boxes), no control label is clipped, every numeric axis
-has a title that names its unit. Each returns a list of problems, one sentence each."""
+has a title that names its unit, no legend scrolls. Each returns a list of problems, one sentence
+each."""
 from __future__ import annotations
 
 import re
@@ -97,6 +98,17 @@ def text_overlaps(page, root="body") -> list[str]:
             if _overlap(a, b):
                 problems.append(f"{a['id']}: '{a['text']}' ({a['role']}) overlaps '{b['text']}' ({b['role']})")
     return problems
+
+
+# plotly draws a scroll bar in a legend taller than its plot: entries a reader must scroll to find
+SCROLLED_LEGENDS = """(root) => [...document.querySelectorAll(`${root} .js-plotly-plot`)]
+    .filter(gd => gd.offsetParent)
+    .filter(gd => [...gd.querySelectorAll('.legend .scrollbar')].some(b => b.getBoundingClientRect().height > 0))
+    .map(gd => `${gd.closest('[id]')?.id || '?'}: the legend scrolls (the figure is too short for it)`)"""
+
+
+def scrolled_legends(page, root="body") -> list[str]:
+    return page.evaluate(SCROLLED_LEGENDS, root)
 
 
 def clipped_labels(page, root="body") -> list[str]:

@@ -179,7 +179,7 @@ def test_every_chapter_every_widget_in_a_browser(server, browser, widgets, bare_
             done.append(f"{w.wid}: {action}")
         # what a reader's eye checks, on the page as drawn after the moves
         looks += [f"{ch.slug}: {p}" for p in layout.text_overlaps(page) + layout.clipped_labels(page) +
-                  layout.unlabelled_axes(page)]
+                  layout.scrolled_legends(page) + layout.unlabelled_axes(page)]
         page.screenshot(path=str(shots / f"{ch.order:02d}-{ch.slug}.png"), full_page=True)
     assert not problems, problems
     assert not looks, "\n".join(looks)
@@ -297,8 +297,8 @@ def test_budget_widget_draws_redraws_and_its_link_restores_it(server, browser, w
 
 def test_the_layout_checks_see_what_a_reader_sees(browser):
     """The checks fail where they should: bars on a log axis drawn past the plot over the tick
-    labels, a legend on the x-axis title, a value axis without a unit, a label cut by its box (the
-    faults the chapters' plots had)."""
+    labels, a legend on the x-axis title, a value axis without a unit, a label cut by its box, a
+    legend taller than its figure (the faults the chapters' plots had)."""
     from playbook.plots import Figure
     bad = Figure(data=[dict(type="bar", name="compute (s)", x=["1", "2"], y=[200, 0.03]),
                        dict(type="bar", name="sync (s)", x=["1", "2"], y=[0, 0.05])],
@@ -306,12 +306,17 @@ def test_the_layout_checks_see_what_a_reader_sees(browser):
                              yaxis=dict(type="log", title=dict(text="step time")),
                              xaxis=dict(title=dict(text="dp (replicas)")),
                              legend=dict(orientation="h", x=0.45, y=-0.14)))
+    crowded = Figure(data=[dict(type="bar", name=f"part {i} (s)", x=[1.0], y=["step"], orientation="h")
+                           for i in range(14)],
+                     layout=dict(height=220, barmode="stack", xaxis=dict(title=dict(text="seconds")),
+                                 legend=dict(orientation="v", x=1.02, y=1)))
     with gr.Blocks() as demo:
         with gr.Row():
             gr.Checkbox(label="a label far too long for the narrow column it was squeezed into", min_width=40,
                         elem_id="narrow", scale=0)
             plot = gr.Plot(elem_id="bad-plot")
-        demo.load(lambda: bad, None, plot)
+        tall = gr.Plot(elem_id="crowded-plot")
+        demo.load(lambda: (bad, crowded), None, [plot, tall])
     demo.queue().launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -323,5 +328,6 @@ def test_the_layout_checks_see_what_a_reader_sees(browser):
         assert any("legend" in p and "x title" in p for p in overlaps), overlaps
         assert layout.unlabelled_axes(page) == ["bad-plot: yaxis title 'step time' names no unit"]
         assert any("far too long" in p for p in layout.clipped_labels(page)), layout.clipped_labels(page)
+        assert [p.split(":")[0] for p in layout.scrolled_legends(page)] == ["crowded-plot"], layout.scrolled_legends(page)
     finally:
         demo.close()
