@@ -127,8 +127,8 @@ def _log_axis(values, ticks=None) -> dict:
     if not positive:
         return dict(type="log")
     lo, hi = min(positive), max(positive)
-    if hi / lo >= 100:
-        return dict(type="log", dtick=1)
+    if hi / lo >= 100:       # SI prefixes: plotly's default writes 1e9 as "1B", one byte on a bytes axis
+        return dict(type="log", dtick=1, exponentformat="SI")
     # under two decades: 1-2-5 ticks, each labelled in full (plotly's minor labels read "2", "5");
     # finer steps where the values span so little that 1-2-5 would leave fewer than three labels
     decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
@@ -140,8 +140,8 @@ def _log_axis(values, ticks=None) -> dict:
 
 
 def _decimal(v: float) -> str:
-    """5e6 -> 5M, 20000 -> 20k, 0.05 -> 0.05: a tick's label."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    """5e6 -> 5M, 20000 -> 20k, 0.05 -> 0.05: a tick's label (SI: 1e9 is 1G, not 1B, a byte)."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if v >= size:
             return f"{v / size:g}{unit}"
     return f"{v:g}"
