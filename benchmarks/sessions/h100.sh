@@ -71,7 +71,7 @@ for s in $stages; do
                  # reserved over peak allocated there, where the calculators take the nanotron runs' 1.10
       for rc in none full; do
         stage "memory-8b-expandable-$rc" 90 env PYTORCH_ALLOC_CONF=expandable_segments:True $py -m benchmarks memory \
-          --world 64 --zero 3 --model llama3-8b --seq 8192 --mbs 1 --gbs 64 --recompute $rc --steps 2 --warmup 1 \
+          --world 64 --zero 3 --model llama3-8b --seq 8192 --mbs 1 --gbs 64 --recompute $rc --steps 1 --warmup 0 \
           --out "$out/memory_expandable.jsonl"
       done ;;
     *) echo "unknown stage $s" ;;
