@@ -39,7 +39,7 @@ class Chapter:
     title: str
     order: int
     segments: tuple = field(default=())   # ("text", markdown) | ("widget", name, params)
-    tab: str = ""                         # short label: every chapter's tab fits on a laptop screen
+    tab: str = ""                         # short label in the navigation bar: all fit on one line at 1280 px
 
 
 def _kwargs(text: str) -> dict:
