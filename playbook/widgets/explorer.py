@@ -11,6 +11,7 @@ Each row carries the prediction the calculators made when it was recorded (the r
 from __future__ import annotations
 
 import os
+import re
 
 import gradio as gr
 
@@ -55,6 +56,9 @@ def _upload(value) -> tuple:
     return (path, st.st_size, st.st_mtime)
 
 
+LINE_REF = re.compile(r" line \d+\)$")
+
+
 def compute(v: dict):
     pts, notes, problems = match(sources(), _upload(v.get("upload")), v["metric"], v["model"] or "", v["nodes"])
     if not pts:
@@ -72,7 +76,9 @@ def compute(v: dict):
     if tables:
         parts.append(f"Diamonds: {len(tables)} runs from published tables (other frameworks and GPUs, nothing "
                      f"fitted to them); {median_error(tables)}.")
-    cited = sorted({p['source'] for p in pts})
+    # a source once, however many of its rows are drawn: "torchtitan-perf-2024-04 (… csv line 2)" and
+    # "(… line 3)" cite one table
+    cited = sorted({LINE_REF.sub(")", p["source"]).removesuffix(" ()") for p in pts})
     text = " ".join(parts) + " Sources: " + "; ".join(escape.md(s, 300) for s in cited[:8]) + \
         (f" and {len(cited) - 8} more" if len(cited) > 8 else "")
     text += "".join(f"\n\n> skipped {p}" for p in notes)      # ours

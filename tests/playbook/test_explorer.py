@@ -16,6 +16,13 @@ def test_published_runs_are_a_series_of_their_own_with_their_error():
     assert "published tables" in text and "measured runs" not in text     # no nanotron model is a llama3
 
 
+def test_each_source_is_cited_once_however_many_of_its_rows_are_drawn():
+    _, text = explorer.compute({"metric": "peak memory (GiB)", "model": "llama3", "nodes": "all", "upload": None})
+    cited = text.split(" Sources: ")[1].split("\n")[0].split(" and ")[0].split("; ")
+    assert len(cited) == len(set(cited)) and not any(" line " in c for c in cited), cited
+    assert len(cited) >= 3 and all("published" in c for c in cited), cited
+
+
 def test_a_model_filter_reports_only_its_own_skipped_runs():
     _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "qwen3", "nodes": "all", "upload": None})
     assert "before nanotron's multi-node PP fix" not in text
