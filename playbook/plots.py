@@ -184,9 +184,11 @@ def breakdown_bar(breakdown: dict, title: str) -> Figure:
                    margin=dict(l=150, r=20, t=60, b=50))
 
 
-def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
+def scaling_plot(xs, rows: list[dict], x: str, title: str, usable_gib: float | None = None) -> Figure:
     """Seconds per step by part and tokens/s/GPU (line, right axis) vs one axis; memory per GPU
-    (dotted line, its own labelled axis at the far right) when the rows carry it. The parts are
+    (dotted line, its own labelled axis at the far right) when the rows carry it, with the usable
+    memory (`usable_gib`) as a line on that axis and the tokens/s of layouts over it drawn hollow:
+    a speed they cannot reach. The parts are
     lines on a log axis when they span two decades or more (a step of minutes beside a sync of
     milliseconds), stacked bars otherwise."""
     labels = [str(v) for v in xs]
@@ -201,12 +203,18 @@ def scaling_plot(xs, rows: list[dict], x: str, title: str) -> Figure:
         data = [_bar(f"{key} (s)", labels, [r[key] for r in rows],
                      marker=dict(color=time_color(key), pattern=dict(shape=HIDDEN if "hidden" in key else "")))
                 for key in keys]
-    data.append(dict(type="scatter", name="tokens/s/GPU", x=labels, y=[r["tokens/s/GPU"] for r in rows], yaxis="y2",
-                     mode="lines+markers", line=dict(color="#111")))
+    over = [usable_gib is not None and r.get("memory GiB", 0) > usable_gib for r in rows]
+    data.append(dict(type="scatter", name="tokens/s/GPU" + (" (hollow: does not fit)" if any(over) else ""), x=labels,
+                     y=[r["tokens/s/GPU"] for r in rows], yaxis="y2", mode="lines+markers", line=dict(color="#111"),
+                     marker=dict(symbol=["circle-open" if o else "circle" for o in over], size=9)))
     extra = {}
     if "memory GiB" in rows[0]:
         data.append(dict(type="scatter", name="memory per GPU (GiB)", x=labels, y=[r["memory GiB"] for r in rows],
                          yaxis="y3", mode="lines+markers", line=dict(dash="dot", color="#b60")))
+        if usable_gib is not None:
+            data.append(dict(type="scatter", name=f"usable memory ({usable_gib:.0f} GiB)", x=labels,
+                             y=[usable_gib] * len(labels), yaxis="y3", mode="lines", hoverinfo="skip",
+                             line=dict(dash="dash", color="#b60", width=1)))
         extra = dict(xaxis=dict(domain=[0, 0.84]),
                      yaxis3=dict(title=dict(text="memory per GPU (GiB)", font=dict(color="#b60")), overlaying="y",
                                  side="right", anchor="free", position=1.0, showgrid=False,

@@ -75,7 +75,8 @@ def tp_compute(v: dict):
                else f"**None fits** in {usable:.0f} GiB: add nodes, pipeline stages, ZeRO or recompute.")
     text = (f"{world} GPUs: tp {xs[0]} needs {rows[0]['memory GiB']:.1f} GiB per GPU, tp {xs[-1]} "
             f"{rows[-1]['memory GiB']:.1f} GiB. {verdict} Past tp 8 the TP collectives cross nodes.")
-    return scaling_plot(xs, rows, "tp (tensor parallel)", f"{model.name}: tensor parallelism on {world} GPUs"), text
+    return scaling_plot(xs, rows, "tp (tensor parallel)", f"{model.name}: tensor parallelism on {world} GPUs",
+                        usable), text
 
 
 def _build(wid, params, keys, show, fn, label):
