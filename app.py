@@ -18,7 +18,8 @@ from playbook.url import HEAD  # noqa: E402
 
 CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
        # the chapters' navigation bar on one line at 1280 px, from the left, as a table of contents
-       " nav.fillable {justify-content: flex-start !important; flex-wrap: wrap; gap: 0 !important; padding: 0 16px !important}"
+       " nav.fillable {justify-content: flex-start !important; flex-wrap: wrap; gap: 0 !important;"
+       " padding: 0 16px !important}"
        " nav.fillable a {padding-left: 5px !important; padding-right: 5px !important; font-size: 0.9em}"
        # the open chapter's link marked plainly, not only by a white pill on a near-white bar
        " nav.fillable a.active {font-weight: 600; box-shadow: inset 0 -2px 0 var(--color-accent)}"

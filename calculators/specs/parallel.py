@@ -47,7 +47,8 @@ class ParallelConfig:
     mbs: int = 1                 # b, micro-batch in sequences
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
-    recompute: str = "none"      # none | selective | full | core_attn | op_sac[+core_attn] | layer:N | modules a+b (recompute.py;
+    recompute: str = "none"      # none | selective | full | core_attn | op_sac | op_sac+core_attn | layer:N |
+                                 # modules a+b (recompute.py;
                                  # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
     precision: str = "bf16"      # bf16 | fp8
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe

@@ -9,7 +9,8 @@ each framework says what its "selective" is:
 | core_attn   | core_attn | everything but the attention scores   | the attention core's forward |
 | op_sac      | op_sac    | the layer's input, every other matmul's output, the attention's | the other matmuls, |
 |             |           | output and log-sum-exp, collectives' outputs | every element-wise op |
-| op_sac+core_attn | op_sac | as op_sac, less the attention's output and log-sum-exp | as op_sac, and the attention core |
+| op_sac+core_attn | op_sac | as op_sac, less the attention's output and | as op_sac, and |
+|             |           | log-sum-exp                           | the attention core       |
 | full        | full      | the layer's input                     | the layer's forward      |
 | layer:N     | full on every N-th layer, none on the others | | |
 | selective   | megatron, nanotron, deepspeed: core_attn; fsdp2: op_sac | | |

@@ -61,7 +61,8 @@ def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causa
         for moe, n in ((False, model.dense_mlp_layers), (True, model.moe_layers)):
             mms = model.layer_matmuls(moe) if n else ()
             total += n * sum(2.0 * m.fan_in * m.fan_out * m.used for m, kept in zip(mms, sac_saved(mms)) if not kept)
-        return total + (model.layers * attention_flops(model, seq, causal) if sac_recomputes_attention(recompute) else 0.0)
+        core = model.layers * attention_flops(model, seq, causal) if sac_recomputes_attention(recompute) else 0.0
+        return total + core
     return 0.0
 
 

@@ -328,6 +328,7 @@ def test_the_layout_checks_see_what_a_reader_sees(browser):
         assert any("legend" in p and "x title" in p for p in overlaps), overlaps
         assert layout.unlabelled_axes(page) == ["bad-plot: yaxis title 'step time' names no unit"]
         assert any("far too long" in p for p in layout.clipped_labels(page)), layout.clipped_labels(page)
-        assert [p.split(":")[0] for p in layout.scrolled_legends(page)] == ["crowded-plot"], layout.scrolled_legends(page)
+        scrolled = layout.scrolled_legends(page)
+        assert [p.split(":")[0] for p in scrolled] == ["crowded-plot"], scrolled
     finally:
         demo.close()
