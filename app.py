@@ -21,6 +21,9 @@ CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
        " nav.fillable {justify-content: flex-start !important; flex-wrap: wrap; gap: 0 !important;"
        " padding: 0 16px !important}"
        " nav.fillable a {padding-left: 5px !important; padding-right: 5px !important; font-size: 0.9em}"
+       # the config.json upload drawn as a button (the theme's secondary one is white on the white panel)
+       " button.pb-upload {border: 1px solid var(--color-accent) !important; background: var(--color-accent-soft)"
+       " !important; width: auto !important; align-self: flex-start; margin: 4px 12px 8px !important}"
        # the open chapter's link marked plainly, not only by a white pill on a near-white bar
        " nav.fillable a.active {font-weight: 600; box-shadow: inset 0 -2px 0 var(--color-accent)}"
        # a widget's shorter column of controls is filled with the panel's colour, not a grey band

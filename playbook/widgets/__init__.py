@@ -128,7 +128,8 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
 
 def config_upload(box) -> None:
     """A small button under the config box that puts an uploaded config.json's text in it."""
-    button = gr.UploadButton("upload a config.json", file_types=[".json"], type="filepath", size="sm")
+    button = gr.UploadButton("upload a config.json", file_types=[".json"], type="filepath", size="sm",
+                             elem_classes=["pb-upload"])
     button.upload(_read_upload, button, box, api_visibility="private", concurrency_limit=CONCURRENCY)
 
 
