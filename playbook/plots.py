@@ -308,6 +308,7 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
                          hoverinfo="skip"))
     span = [math.log10(lo), math.log10(hi)] if log else [lo, hi]
     kind = "log" if log else "linear"
+
     def title(which):                # "measured peak memory (GiB, log)", not "(GiB) (log)"
         text = f"{which} {metric}"
         if not log:

@@ -25,7 +25,7 @@ from calculators.specs.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
 from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
-from calculators.specs.recompute import modules
+from calculators.specs.recompute import SAC_WITH_ATTENTION, modules
 from validation.conventions import tokens_from_tflops
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.time.profiles import default_profile
@@ -55,8 +55,8 @@ def _recompute(text: str) -> str:
     words = detail.replace(";", " ").replace(":", " ").replace(")", " ").split()
     if base != "selective" or not detail:
         return RECOMPUTE.get(base, base)
-    if "op_sac+core_attn" in words:               # op SAC whose save list lacks the attention kernel
-        return "op_sac+core_attn"
+    if SAC_WITH_ATTENTION in words:               # op SAC whose save list lacks the attention kernel
+        return SAC_WITH_ATTENTION
     if "op" in words or "per-op" in words:
         return "op_sac"
     if "torchtitan" in words and "layer" in words:

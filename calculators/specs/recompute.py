@@ -52,7 +52,8 @@ import re
 from .models import Matmul
 
 STANDARD = ("none", "selective", "full")          # the planner's levels, least memory saved first
-EXPLICIT = ("core_attn", "op_sac", "op_sac+core_attn")
+SAC_WITH_ATTENTION = "op_sac+core_attn"         # op_sac whose save list lacks the attention kernel
+EXPLICIT = ("core_attn", "op_sac", SAC_WITH_ATTENTION)
 MAX_EVERY = 1024
 _LAYER = re.compile(r"layer:([1-9][0-9]{0,3})")
 SELECTIVE = {"fsdp2": "op_sac"}                   # every other framework's "selective" is core_attn
@@ -120,9 +121,6 @@ def policy(framework: str, recompute: str) -> tuple[str, int]:
     if recompute == SAC_WITH_ATTENTION:
         return "op_sac", 1
     return recompute, 1
-
-
-SAC_WITH_ATTENTION = "op_sac+core_attn"
 
 
 def sac_recomputes_attention(recompute: str) -> bool:

@@ -242,10 +242,11 @@ def test_a_hostile_link_and_injected_html_harm_nothing(served, browser):
     page.goto(url + "?memory_1_1.dp=16&memory_1_1.seq=1e999&memory_1_1.mbs=inf"
                     "&explorer_13_1.local=/dev/zero"
                     "&memory_1_1.recompute=%3Cimg%20src%3Dhttps%3A%2F%2Fexample.invalid%3E"
-                    "&memory_1_1.config=%7B%7D")
+                    "&memory_1_1.config=%7B%7D&chapter=%3Cimg%20src%3Dhttps%3A%2F%2Fexample.invalid%3E")
     page.wait_for_function("() => document.querySelector('#memory_1_1-dp input[type=number]')?.value === '16'",
                            timeout=20000)
     assert page.locator("#memory_1_1-seq input[type=number]").input_value() == "4096"
+    assert "chapter=" not in page.url and urllib.parse.urlparse(page.url).path == "/"   # not a chapter: dropped
     evil = json.dumps({"model_type": "llama", "_name_or_path": "<img src=https://example.invalid/x.png>",
                        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                        "intermediate_size": 128, "vocab_size": 1000})
