@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from .hardware import BLACKWELL
+
 ROLES = ("weights", "grads", "master", "optimizer")
 
 # What a framework runs where it is narrower than the calculators' space; the planner proposes
@@ -360,14 +362,18 @@ def host_scale(framework: str, tp_per_node: int, tp_nodes: int, pipeline_crosses
     return pp * max(1, tp_nodes)
 
 
-def attention_kernel(framework: str) -> str:
-    """The attention kernel a framework runs on Hopper by default (calculators/time/attention.py):
+def attention_kernel(framework: str, gpu_name: str = "") -> str:
+    """The attention kernel a framework runs by default on this GPU (calculators/time/attention.py):
 
     - megatron: cuDNN. Transformer Engine's DotProductAttention prefers its FusedAttention
       backend (cuDNN's flash-style kernels) over flash-attn on sm90 (NVTE_FUSED_ATTN defaults on);
     - fsdp2 (torchtitan): FlashAttention-2, the flash backend PyTorch's scaled_dot_product_attention
-      picks first on CUDA (its vendored FA2 kernels);
+      picks first on CUDA (its vendored FA2 kernels); on Blackwell cuDNN, which torchtitan puts
+      first in SDPA's backend list on devices of compute capability 10.0 and up (3b85aa31f,
+      2025-05-14, "Use cudnn backend on B200");
     - nanotron: FlashAttention-2 (the flash-attn package's flash_attn_varlen_func);
     - deepspeed (Hugging Face modules, attn_implementation sdpa or flash_attention_2): FlashAttention-2.
     `parallel.attention` overrides it (fa2, fa3, cudnn)."""
-    return "cudnn" if framework == "megatron" else "fa2"
+    if framework == "megatron" or (framework == "fsdp2" and gpu_name in BLACKWELL):
+        return "cudnn"
+    return "fa2"

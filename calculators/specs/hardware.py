@@ -67,6 +67,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
             "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 7x 64 GB/s Infinity Fabric links)"),
 ]}
 
+# Presets by architecture where the attention kernels' measurements differ
+# (calculators/time/attention.py): Hopper's rows (FlashAttention-3, cuDNN) and Blackwell's (cuDNN).
+HOPPER = ("H100-80GB", "H200-141GB")
+BLACKWELL = ("B200", "GB200")
+
 
 def gpu_from_name(name: str) -> GPUSpec:
     for key, gpu in GPU_PRESETS.items():

@@ -43,17 +43,37 @@ the causal one would put 20 to 30% lower.)
 Other GPUs: the profile's `attention_fraction` is the fraction of the bf16 peak FA2 reaches at
 its plateau (causal, head dim 128, forward + backward); the table gives every kernel's rate
 relative to that (H100: 303 TFLOP/s, 0.306 of 989). FlashAttention-3 runs on Hopper only; on
-other GPUs the fa3 and cudnn kernels are costed as FA2 (no measurement of theirs is used here).
+other GPUs a framework asking for it gets FA2's cost.
+
+Blackwell (B200, GB200) is not Hopper scaled by its peak: its tensor cores doubled, the units
+softmax needs did not, so each kernel family moves on its own.
+- cuDNN: cudnn-frontend's published SDPA training benchmark on a GB200 with cuDNN 9.22
+  (NVIDIA/cudnn-frontend, benchmark/sdpa_benchmark_training/results/llama3.1/gb200, 2026-04;
+  Llama 3.1 shape: batch 2, 64 query and 8 kv heads, head dim 128, causal counted as half the
+  square), 2k to 16k tokens (GB200_CUDNN); below 2k it keeps Hopper cuDNN's shape. The same
+  benchmark on an H200 with cuDNN 9.19 (results/h200_919_only_cudnn) lands within 10% of our H100
+  rows, causal, at 2k to 16k (tests/calculators/test_attention.py), so the two measure alike
+  (ours dips at 16k unmasked backward: 517 TFLOP/s against its 612). Other Blackwell GPUs scale
+  it by their bf16 peak: PyTorch's FA2 kernel ran 0.89 to 0.90 as fast on a B200 as on a GB200
+  in that repository's earlier runs (benchmark/sdpa_benchmark_training/artifacts, 2025-10 and
+  2025-12), the ratio of their peaks. Earlier cuDNN releases were slower on 8k to 16k tokens:
+  9.13 on a B200 (2025-10, the same artifacts) ran at 0.83 of these rates forward and 0.79
+  backward at 8k after that scaling, and alike at 32k; runs from 2025 attend more slowly than
+  this table says.
+- FlashAttention-2 (PyTorch's flash backend, the flash-attn package): 1.14 times its H100 rate,
+  not 2.5 times: Azure's AI benchmarking guide ran flash-attn's own benchmark (head dim 128,
+  batch 2, 8k, forward + backward) at 373.9 TFLOP/s on a GB200 and 327.9 on an H100 (our H100
+  table: 331 there). The B200 and GB200 profiles' attention_fraction carries it.
 """
 from __future__ import annotations
 
 import math
 
 from .flops import attention_flops
-from ..specs.hardware import GPUSpec
+from ..specs.hardware import BLACKWELL, HOPPER, GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from .profiles import HardwareProfile
+from .profiles import BLACKWELL_FA2_FRACTION as GB200_FA2_FRACTION, HardwareProfile
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 H100_TFLOPS = {
@@ -65,7 +85,12 @@ H100_TFLOPS = {
             "backward": (316, 424, 501, 542, 559, 561)},
 }
 HEAD_DIM_SCALE = {"fa2": (0.876, 1.0, 0.881), "cudnn": (0.717, 1.0, 0.976), "fa3": (0.767, 1.0, 1.167)}   # 64, 128, 256
-HOPPER = ("H100-80GB", "H200-141GB")
+GB200_PEAK = 2500.0            # TFLOP/s, the GB200 preset's dense bf16 peak
+_GB200_MEASURED = {"causal": (1097, 1408, 1574, 1708), "full": (1433, 1599, 1771, 1697),
+                   "backward": (1124, 1350, 1404, 1374), "backward_causal": (885, 1148, 1332, 1328)}   # 2k..16k
+# cuDNN on a GB200 at SEQS: measured from 2k; 512 and 1k follow Hopper cuDNN's fall-off below 2k
+GB200_CUDNN = {row: tuple(v[0] * H100_TFLOPS["cudnn"][row][i] / H100_TFLOPS["cudnn"][row][2] for i in (0, 1)) + v
+               for row, v in _GB200_MEASURED.items()}
 
 
 def _at(values: tuple, seq: float) -> float:
@@ -81,9 +106,11 @@ def _head_scale(kernel: str, head_dim: float) -> float:
     return mid + x * (mid - lo) if x < 0 else mid + x * (hi - mid)
 
 
-def rates(kernel: str, seq: float, head_dim: float, causal: bool = True) -> tuple[float, float]:
-    """(forward, backward) TFLOP/s on an H100 SXM5 of `kernel` at this length and head dim."""
-    t = H100_TFLOPS[kernel]
+def rates(kernel: str, seq: float, head_dim: float, causal: bool = True,
+          table: dict | None = None) -> tuple[float, float]:
+    """(forward, backward) TFLOP/s of `kernel` at this length and head dim: on an H100 SXM5, or
+    from `table` (GB200_CUDNN: on a GB200)."""
+    t = table or H100_TFLOPS[kernel]
     fwd = _at(t["causal" if causal else "full"], seq)
     if causal and "backward_causal" in t:
         bwd = _at(t["backward_causal"], seq)
@@ -105,16 +132,22 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
                    profile: HardwareProfile) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU
     (its heads a/tp, its T = mbs * seq / cp queries against the causal context)."""
-    if gpu.name not in HOPPER and kernel != "fa2":
+    table = None
+    scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
+    if gpu.name in BLACKWELL and kernel == "cudnn":
+        # the GB200 table at the GB200 profile's attention_fraction, scaled by this GPU's peak
+        # and by how its profile's FA2 plateau stands to the GB200 profile's
+        table = GB200_CUDNN
+        scale = gpu.bf16_tflops / GB200_PEAK * profile.attention_fraction / GB200_FA2_FRACTION * 1e12
+    elif gpu.name not in HOPPER and kernel != "fa2":
         kernel = "fa2"
     flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
     head_dim = model.q_dim / model.heads
-    scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
     if par.cp == 1:
-        fwd, bwd = rates(kernel, par.seq, head_dim)
+        fwd, bwd = rates(kernel, par.seq, head_dim, table=table)
         return flops / (fwd * scale), 2.5 * flops / (bwd * scale)
     chunk = par.seq / (2 * par.cp)
-    (cf, cb), (ff, fb) = rates(kernel, chunk, head_dim), rates(kernel, chunk, head_dim, causal=False)
+    (cf, cb), (ff, fb) = rates(kernel, chunk, head_dim, table=table), rates(kernel, chunk, head_dim, False, table)
     masked = 1 / par.cp
     return (flops * (masked / cf + (1 - masked) / ff) / scale,
             2.5 * flops * (masked / cb + (1 - masked) / fb) / scale)

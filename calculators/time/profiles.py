@@ -23,6 +23,14 @@ Knobs:
   published FP8 dense runs (3.3%, against 3.6 to 8.2%) come out best, though the whole nanotron
   set's p90 was lowest at 512 when it was chosen (37.5% against 38.7%); a GPU's gemm rows refit
   both knobs. FP8 GEMMs reach `fp8_gemm_fraction` of the FP8 peak.
+  Blackwell and MI300X keep H100's two fractions times how their sustained GEMM rate stands to
+  H100's in one benchmark run the same way on each: Azure's AI benchmarking guide (cuBLASLt or
+  hipBLASLt FP8, random operands, 10,000 warm-up products, so at the power cap) at 8192^3: H100
+  1,290 TFLOP/s (0.652 of 1,979), GB200 2,782 (0.556 of 5,000; 0.85 of H100's share), MI300X
+  1,223 (0.468 of 2,615; 0.72 of H100's share). That benchmark is FP8 only; bf16 is taken to lose
+  the same share. XLA's table of measured GEMM rates (matmul_interpolator_data.h in XLA's GPU cost
+  model) agrees in bursts: bf16 4096^3 at 1,417 TFLOP/s on sm_100 against 780 on sm_90, 0.80 of
+  H100's share at a B200's peak.
 - attention: FlashAttention-2's forward + backward reaches `attention_fraction` of the bf16 peak at
   its plateau (causal, head dim 128, 16k tokens); calculators/time/attention.py scales every kernel
   (FA2, cuDNN, FA3) and length from there by the FlashAttention-3 paper's H100 measurements. H100:
@@ -180,6 +188,21 @@ def save_profile(profile: HardwareProfile, path: str | Path) -> None:
     Path(path).write_text(json.dumps(profile.as_dict(), indent=1) + "\n")
 
 
+# GEMMs: the sustained FP8 share of the peak at 8192^3 relative to H100's (Azure's AI benchmarking
+# guide, Azure_Results/ND_{H100_v5,GB200_v6,MI300X_v5}_results.md, github.com/egmsft/AI-benchmarking-guide
+# at 3371c0c, the fork carrying the GB200 and MI300X pages; H100 1290.1/1979, GB200 2781.5/5000,
+# MI300X 1222.9/2614.9 TFLOP/s).
+_H100_SUSTAINED = 1290.1 / 1979.0
+BLACKWELL_GEMM = (2781.5 / 5000.0) / _H100_SUSTAINED          # 0.853
+MI300X_GEMM = (1222.9 / 2614.9) / _H100_SUSTAINED             # 0.717
+# FlashAttention-2's plateau as a fraction of the bf16 peak: the same benchmark of flash-attn
+# (head dim 128, batch 2, 8k, forward + backward) ran 373.9 TFLOP/s on a GB200 and 327.9 on an
+# H100; MI300X 328.6 at head dim 64, where H100's FA2 runs 0.876 of its head-dim-128 rate (the
+# FlashAttention-3 paper's figures; attention.HEAD_DIM_SCALE).
+_H100_FA2 = 0.306 * 989.4                                      # attention.ANCHOR, 303 TFLOP/s
+BLACKWELL_FA2_FRACTION = _H100_FA2 * 373.9 / 327.9 / 2500.0    # 0.138 of the GB200's 2,500
+MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / 1307.4
+
 _H100 = HardwareProfile(
     name="H100-80GB",
     source="GEMM and attention: FlashAttention-3 paper (Shah et al. 2024) measures FlashAttention-2 "
@@ -198,11 +221,19 @@ PROFILES: dict[str, HardwareProfile] = {
                                 "eager execution; collectives as H100 (unchecked)"),
     "A100-80GB": replace(_H100, name="A100-80GB", gemm_fraction=0.78, attention_fraction=0.45,
                          source="as A100-40GB"),
-    "B200": replace(_H100, name="B200", source="no published efficiencies used; H100's fractions"),
-    "GB200": replace(_H100, name="GB200", source="no published efficiencies used; H100's fractions"),
-    "MI300X": replace(_H100, name="MI300X", gemm_fraction=0.60, attention_fraction=0.35,
-                      source="MI300X: hipBLASLt bf16 GEMMs reach ~55-65% of the 1,307 TFLOP/s peak "
-                             "(public MI300X GEMM benchmarks); collectives as H100"),
+    "B200": replace(_H100, name="B200", gemm_fraction=0.70 * BLACKWELL_GEMM, fp8_gemm_fraction=0.60 * BLACKWELL_GEMM,
+                    attention_fraction=BLACKWELL_FA2_FRACTION,
+                    source="Blackwell: GEMMs at H100's fractions times the GB200's sustained FP8 cuBLASLt share "
+                           "relative to H100's (0.85, Azure's AI benchmarking guide); FlashAttention-2 at 1.14 "
+                           "times H100's rate (same guide); cuDNN attention from cudnn-frontend's GB200 "
+                           "benchmark (attention.py); B200 scaled from GB200 by the peaks; collectives as H100"),
+    "GB200": replace(_H100, name="GB200", gemm_fraction=0.70 * BLACKWELL_GEMM, fp8_gemm_fraction=0.60 * BLACKWELL_GEMM,
+                     attention_fraction=BLACKWELL_FA2_FRACTION, source="as B200"),
+    "MI300X": replace(_H100, name="MI300X", gemm_fraction=0.70 * MI300X_GEMM, fp8_gemm_fraction=0.60 * MI300X_GEMM,
+                      attention_fraction=MI300X_FA2_FRACTION,
+                      source="MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "
+                             "to H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64 "
+                             "(Azure's AI benchmarking guide); collectives as H100"),
 }
 
 

@@ -2,6 +2,7 @@
 import pytest
 
 from calculators.time import attention
+from calculators.time.flops import attention_flops
 from calculators.specs.frameworks import attention_kernel
 from calculators.specs.hardware import gpu_from_name
 from calculators.specs.models import ModelSpec
@@ -34,13 +35,50 @@ def test_the_h100_profile_is_fa2s_plateau_and_the_faster_kernels_are_faster():
 
 
 def test_kernels_by_framework_and_gpu():
-    """Transformer Engine prefers cuDNN's fused attention on Hopper; the PyTorch-native stacks run
-    FlashAttention-2. FA3 and cuDNN are measured on H100 only: elsewhere they cost as FA2."""
+    """Transformer Engine prefers cuDNN's fused attention; the PyTorch-native stacks run
+    FlashAttention-2, but torchtitan puts cuDNN first on Blackwell. FA3 runs on Hopper only and
+    cuDNN is measured on Hopper and Blackwell: elsewhere they cost as FA2."""
     assert attention_kernel("megatron") == "cudnn" and attention_kernel("fsdp2") == "fa2"
+    assert attention_kernel("fsdp2", "B200") == attention_kernel("fsdp2", "GB200") == "cudnn"
+    assert attention_kernel("deepspeed", "B200") == attention_kernel("fsdp2", "H100-80GB") == "fa2"
     a100, prof = gpu_from_name("A100-80GB"), default_profile("A100-80GB")
     par = ParallelConfig(mbs=1, seq=4096)
     assert attention.attention_time(L8B, par, "fa3", a100, prof) == attention.attention_time(L8B, par, "fa2", a100,
                                                                                               prof)
+
+
+# cudnn-frontend's SDPA training benchmark on an H200 with cuDNN 9.19 (NVIDIA/cudnn-frontend,
+# benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv):
+# batch 1, 64 query and 8 kv heads, head dim 128; milliseconds forward and backward, causal.
+H200_CUDNN_919_MS = {2048: (0.142, 0.464), 4096: (0.465, 1.450), 8192: (1.708, 5.083), 16384: (6.531, 19.002)}
+
+
+def test_our_h100_cudnn_rows_match_nvidias_benchmark_on_hopper():
+    """The Blackwell cuDNN table comes from cudnn-frontend's benchmark; on Hopper the same
+    benchmark and our own measurement (same cuDNN release) agree within 10% on the causal rows
+    training runs, so the two tables measure alike."""
+    for seq, (fwd_ms, bwd_ms) in H200_CUDNN_919_MS.items():
+        flops = 4 * 64 * seq * seq * 128 / 2                    # causal: half the square
+        fwd, bwd = attention.rates("cudnn", seq, 128)
+        assert fwd == pytest.approx(flops / fwd_ms / 1e9, rel=0.10), seq
+        assert bwd == pytest.approx(2.5 * flops / bwd_ms / 1e9, rel=0.10), seq
+
+
+def test_blackwell_runs_cudnn_from_its_own_measurement_and_fa2_barely_faster_than_on_hopper():
+    """GB200: cuDNN at the published rates (1,574 forward, 1,332 backward at 8k, causal), B200 at
+    its peak's share of them; FlashAttention-2 only 1.14 times its H100 rate, where scaling by the
+    peak would have given 2.5 times."""
+    par = ParallelConfig(mbs=1, seq=8192)
+    flops = 8192 * attention_flops(L8B, 8192, causal=True)
+    gb200, b200, h100 = (gpu_from_name(n) for n in ("GB200", "B200", "H100-80GB"))
+    fwd, bwd = attention.attention_time(L8B, par, "cudnn", gb200, default_profile("GB200"))
+    assert flops / fwd / 1e12 == pytest.approx(1574, rel=1e-3)
+    assert 2.5 * flops / bwd / 1e12 == pytest.approx(1332, rel=1e-3)
+    b = sum(attention.attention_time(L8B, par, "cudnn", b200, default_profile("B200")))
+    assert b == pytest.approx((fwd + bwd) * 2500 / 2250)
+    fa2 = {g.name: sum(attention.attention_time(L8B, par, "fa2", g, default_profile(g.name))) for g in (gb200, h100)}
+    assert fa2["H100-80GB"] / fa2["GB200"] == pytest.approx(373.9 / 327.9, rel=0.01)
+    assert fwd + bwd < 0.3 * fa2["GB200"]
 
 
 def test_context_parallel_chunks_run_at_their_own_length_mostly_unmasked():
