@@ -94,6 +94,8 @@ def _model(row) -> ModelSpec:
     fields = dict(part.split("=", 1) for part in row["model_shape"].replace(" ", "").split(";") if "=" in part)
     ints = {k: int(v) for k, v in fields.items() if k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")}
     words = {k: fields[k] for k in ("mlp", "norm") if k in fields}
+    if "tied" in fields:                       # tied=1: the output layer is the embedding's matrix
+        words["tied_embeddings"] = fields["tied"] in ("1", "true", "yes")
     moe = MoESpec(experts=int(fields["experts"]), top_k=int(fields["top_k"]), expert_ffn=int(fields["expert_ffn"]),
                   shared_experts=int(fields.get("shared", 0))) if "experts" in fields else None
     if name in MODEL_PRESETS:
@@ -111,6 +113,13 @@ def _loss(settings: str) -> str:
         if f"loss={kernel}" in settings.replace(" ", "").lower():
             return kernel
     return ""
+
+
+def _attention(settings: str) -> str:
+    """The attention kernel a row forces (sdpa=cudnn or sdpa=flash: PyTorch's SDPA backends, flash
+    being FlashAttention-2), else "" (the framework's default, frameworks.attention_kernel)."""
+    found = re.search(r"sdpa\s*=\s*(cudnn|flash)\b", settings, re.I)
+    return {"cudnn": "cudnn", "flash": "fa2"}[found.group(1).lower()] if found else ""
 
 
 def _dispatcher(settings: str) -> str:
@@ -150,7 +159,7 @@ def _run(line: int, row: dict) -> Run:
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
-                         loss=_loss(row["other_settings"]))
+                         loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)
@@ -283,7 +292,7 @@ def main() -> None:
         p = s.run.par
         label = (f"{s.run.model.name} {s.run.cluster.world}x{s.run.cluster.gpu.name} {p.framework} {p.precision} "
                  f"tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero} mbs{p.mbs} seq{p.seq} {p.recompute}"
-                 + (" compile" if p.compile else ""))
+                 + (" compile" if p.compile else "") + (f" attention={p.attention}" if p.attention else ""))
         if s.predicted is None:
             print(f"| {label} | {s.run.source} | {s.run.measured or '-'} | not expressible: {s.reason[:120]} | | |")
         elif s.run.measured:

@@ -35,13 +35,15 @@ def test_nearly_every_readable_run_is_expressed_and_every_refusal_says_why(score
 
 
 def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(scored):
-    """p90 was 33% while Blackwell ran H100's kernel rates scaled by its peak; with its measured
-    kernels (cuDNN attention 1.8 times faster than that, GEMMs 15% slower) it is 37%: the dense
-    Blackwell runs moved within 11%, and the rows now above 33% are MoE on Blackwell and CP on
-    B200, whose other costs the scaled rates had hidden."""
+    """Over the same 339 runs p90 went from 33% to 37% when Blackwell's kernels moved from H100's
+    rates scaled by its peak to measured ones (cuDNN attention 1.8 times faster than that, GEMMs
+    15% slower): the dense Blackwell runs stay within 11%, and MoE on Blackwell and CP on B200,
+    whose other costs the scaled rates had hidden, rose above 33%. The 24 one-GPU runs added to
+    check those kernels (cudnn-frontend's, SDPA backends forced) land within 25% and bring p90
+    back to 34%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
-    assert n >= 300 and median <= 0.06 and p90 <= 0.37 and abs(signed) <= 0.05
+    assert n >= 300 and median <= 0.06 and p90 <= 0.35 and abs(signed) <= 0.05
     assert median < min(mfu40, mfu50)
     for source, (n, median, _, _, mfu40, mfu50) in summary(rows, lambda s: s.run.source).items():
         if n >= 20 and source not in KNOWN_MISSES:
