@@ -106,7 +106,7 @@ def parse_profile(hardware, cluster: ClusterSpec) -> HardwareProfile:
     if isinstance(spec, dict):
         return _profile_cached(_key(spec, "hardware.profile"), cluster.gpu.name)
     if isinstance(spec, str):
-        return PROFILES[spec] if spec in PROFILES else load_profile(spec)
+        return PROFILES[spec] if spec in PROFILES else load_profile(spec, base)
     raise ConfigError(f"hardware.profile must be a profile name, a JSON file path, or an object of overrides "
                       f"(got {show(spec)})")
 

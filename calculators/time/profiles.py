@@ -5,7 +5,7 @@ knob has a default and the source it came from; a profile is plain data, loadabl
 `python -m benchmarks calibrate` can fit one from measured results ("your cluster") and the
 calculators and the app can load it.
 
-    profile = load_profile("my_cluster.json")      # or a dict; keys not given keep the defaults
+    profile = load_profile("my_cluster.json", default_profile("B200"))   # keys not given keep the base's
 
 Knobs:
 - GEMMs (compute.gemm_time): the math runs at `gemm_fraction` of the dense peak, d / (d +
@@ -167,8 +167,10 @@ def profile_from_dict(data: dict, base: HardwareProfile | None = None) -> Hardwa
     return HardwareProfile(**{f.name: merged[f.name] for f in fields(HardwareProfile)})
 
 
-def load_profile(path: str | Path) -> HardwareProfile:
-    """A profile from a JSON file (a regular file of at most MAX_JSON_BYTES)."""
+def load_profile(path: str | Path, base: HardwareProfile | None = None) -> HardwareProfile:
+    """A profile from a JSON file (a regular file of at most MAX_JSON_BYTES); knobs the file does
+    not give keep `base`'s (the GPU's default profile, so a partial file for a B200 keeps its
+    Blackwell rates; default: H100's)."""
     if "\x00" in str(path) or len(str(path)) > 4096:
         raise ConfigError(f"profile file {show(str(path))} is not a file name")
     path = Path(path)
@@ -181,7 +183,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"profile file {show(str(path))} cannot be read ({exc.strerror})") from None
-    return profile_from_dict(loads(data, f"profile file {show(str(path))}"))
+    return profile_from_dict(loads(data, f"profile file {show(str(path))}"), base)
 
 
 def save_profile(profile: HardwareProfile, path: str | Path) -> None:

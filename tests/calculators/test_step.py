@@ -104,6 +104,13 @@ def test_profiles_load_from_files_and_report_bad_keys(tmp_path):
         profile_from_dict({"gemm": 0.5})
     with pytest.raises(ConfigError, match="overlap.dp"):
         profile_from_dict({"overlap": {"dp": 2}})
+    partial = tmp_path / "partial.json"                 # a file of a few knobs keeps its GPU's others
+    partial.write_text('{"host_ms_per_layer": 2.0}')
+    b200 = load_profile(partial, default_profile("B200"))
+    assert b200.host_ms_per_layer == 2.0 and b200.attention_fraction == default_profile("B200").attention_fraction
+    on_b200 = {"model": {"preset": "llama3-8b"}, "parallel": {"dp": 8, "gbs": 64}}
+    assert evaluate({**on_b200, "hardware": {"gpu": "B200", "profile": str(partial)}})["step"]["time_s"] == \
+        evaluate({**on_b200, "hardware": {"gpu": "B200", "profile": {"host_ms_per_layer": 2.0}}})["step"]["time_s"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
