@@ -86,7 +86,7 @@ def gpu_preset(device: torch.device) -> str | None:
         return None
     name = torch.cuda.get_device_name(device).upper()
     gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    for key in ("GB200", "B200", "H200", "H100", "MI300X", "A100"):
+    for key in ("GB300", "GB200", "B200", "H200", "H100", "MI300X", "A100"):
         if key in name:
             matches = [p for p in GPU_PRESETS if p.upper().startswith(key)]
             return min(matches, key=lambda p: abs(GPU_PRESETS[p].memory_gib - gib)) if matches else None

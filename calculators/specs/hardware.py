@@ -63,6 +63,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
     GPUSpec("GB200", 173.2, 2500, 5000, 8.0, 900, 100, 72,
             _NV.format("GB200 NVL72 (per GPU: 186 GB HBM3e, 8 TB/s, NVLink 5 1.8 TB/s; 72-GPU NVLink domain)")
             + "; 800 Gb/s ConnectX-8 per GPU"),
+    # GB300 (Blackwell Ultra): the GB200's dense bf16 and FP8 peaks, twice its softmax exponential
+    # rate (what its attention kernels gain), 288 GB, 1,400 W
+    GPUSpec("GB300", 268.2, 2500, 5000, 8.0, 900, 100, 72,
+            _NV.format("GB300 NVL72 (rack: 180 PF bf16 and 360 PF FP8 dense over 72 GPUs; per GPU 288 GB HBM3e, "
+                       "8 TB/s, NVLink 5 1.8 TB/s; 72-GPU NVLink domain)") + "; 800 Gb/s ConnectX-8 per GPU"),
     GPUSpec("MI300X", 178.8, 1307.4, 2614.9, 5.3, 448, 50, 8,
             "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 7x 64 GB/s Infinity Fabric links)"),
 ]}
@@ -70,7 +75,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
 # Presets by architecture where the attention kernels' measurements differ
 # (calculators/time/attention.py): Hopper's rows (FlashAttention-3, cuDNN) and Blackwell's (cuDNN).
 HOPPER = ("H100-80GB", "H200-141GB")
-BLACKWELL = ("B200", "GB200")
+BLACKWELL = ("B200", "GB200", "GB300")
 
 
 def gpu_from_name(name: str) -> GPUSpec:

@@ -64,16 +64,19 @@ softmax needs did not, so each kernel family moves on its own.
   not 2.5 times: Azure's AI benchmarking guide ran flash-attn's own benchmark (head dim 128,
   batch 2, 8k, forward + backward) at 373.9 TFLOP/s on a GB200 and 327.9 on an H100 (our H100
   table: 331 there). The B200 and GB200 profiles' attention_fraction carries it.
+- GB300 (Blackwell Ultra, twice the exponential rate): its own cuDNN 9.22 rows from the same
+  benchmark (results/llama3.1/gb300: 1.18 times GB200's forward at 8k, 1.08 backward), and
+  FlashAttention-2 at 399.7 TFLOP/s in Azure's guide (1.22 times H100's).
 """
 from __future__ import annotations
 
 import math
 
 from .flops import attention_flops
-from ..specs.hardware import BLACKWELL, HOPPER, GPUSpec
+from ..specs.hardware import BLACKWELL, GPU_PRESETS, HOPPER, GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from .profiles import BLACKWELL_FA2_FRACTION as GB200_FA2_FRACTION, HardwareProfile
+from .profiles import BLACKWELL_FA2_FRACTION as GB200_FA2_FRACTION, GB300_FA2_FRACTION, HardwareProfile
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 H100_TFLOPS = {
@@ -85,12 +88,22 @@ H100_TFLOPS = {
             "backward": (316, 424, 501, 542, 559, 561)},
 }
 HEAD_DIM_SCALE = {"fa2": (0.876, 1.0, 0.881), "cudnn": (0.717, 1.0, 0.976), "fa3": (0.767, 1.0, 1.167)}   # 64, 128, 256
-GB200_PEAK = 2500.0            # TFLOP/s, the GB200 preset's dense bf16 peak
-_GB200_MEASURED = {"causal": (1097, 1408, 1574, 1708), "full": (1433, 1599, 1771, 1697),
-                   "backward": (1124, 1350, 1404, 1374), "backward_causal": (885, 1148, 1332, 1328)}   # 2k..16k
-# cuDNN on a GB200 at SEQS: measured from 2k; 512 and 1k follow Hopper cuDNN's fall-off below 2k
-GB200_CUDNN = {row: tuple(v[0] * H100_TFLOPS["cudnn"][row][i] / H100_TFLOPS["cudnn"][row][2] for i in (0, 1)) + v
-               for row, v in _GB200_MEASURED.items()}
+
+
+def _from_2k(measured: dict) -> dict:
+    """A table measured from 2k to 16k, completed at 512 and 1k by Hopper cuDNN's fall-off below 2k."""
+    return {row: tuple(v[0] * H100_TFLOPS["cudnn"][row][i] / H100_TFLOPS["cudnn"][row][2] for i in (0, 1)) + v
+            for row, v in measured.items()}
+
+
+# cuDNN 9.22 on Blackwell at SEQS, TFLOP/s (cudnn-frontend, results/llama3.1/{gb200,gb300})
+GB200_CUDNN = _from_2k({"causal": (1097, 1408, 1574, 1708), "full": (1433, 1599, 1771, 1697),
+                        "backward": (1124, 1350, 1404, 1374), "backward_causal": (885, 1148, 1332, 1328)})
+GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915), "full": (1805, 1900, 2017, 2014),
+                        "backward": (1213, 1429, 1531, 1536), "backward_causal": (967, 1248, 1435, 1507)})
+# Blackwell GPU -> (its cuDNN table, the peak and FA2 plateau of the GPU measured); B200: GB200's
+BLACKWELL_CUDNN = {"GB200": (GB200_CUDNN, GPU_PRESETS["GB200"].bf16_tflops, GB200_FA2_FRACTION),
+                   "GB300": (GB300_CUDNN, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
 
 
 def _at(values: tuple, seq: float) -> float:
@@ -135,10 +148,10 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
     table = None
     scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
     if gpu.name in BLACKWELL and kernel == "cudnn":
-        # the GB200 table at the GB200 profile's attention_fraction, scaled by this GPU's peak
-        # and by how its profile's FA2 plateau stands to the GB200 profile's
-        table = GB200_CUDNN
-        scale = gpu.bf16_tflops / GB200_PEAK * profile.attention_fraction / GB200_FA2_FRACTION * 1e12
+        # the measured GPU's table at its profile's attention_fraction, scaled by this GPU's peak
+        # and by how its profile's FA2 plateau stands to the measured one's
+        table, peak, fa2 = BLACKWELL_CUDNN.get(gpu.name, BLACKWELL_CUDNN["GB200"])
+        scale = gpu.bf16_tflops / peak * profile.attention_fraction / fa2 * 1e12
     elif gpu.name not in HOPPER and kernel != "fa2":
         kernel = "fa2"
     flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp

@@ -191,11 +191,12 @@ def save_profile(profile: HardwareProfile, path: str | Path) -> None:
 
 
 # GEMMs: the sustained FP8 share of the peak at 8192^3 relative to H100's (Azure's AI benchmarking
-# guide, Azure_Results/ND_{H100_v5,GB200_v6,MI300X_v5}_results.md, github.com/egmsft/AI-benchmarking-guide
+# guide, Azure_Results/ND_{H100_v5,GB200_v6,GB300_v6,MI300X_v5}_results.md, github.com/egmsft/AI-benchmarking-guide
 # at 3371c0c, the fork carrying the GB200 and MI300X pages; H100 1290.1/1979, GB200 2781.5/5000,
 # MI300X 1222.9/2614.9 TFLOP/s).
 _H100_SUSTAINED = 1290.1 / 1979.0
 BLACKWELL_GEMM = (2781.5 / 5000.0) / _H100_SUSTAINED          # 0.853
+GB300_GEMM = (3286.3 / 5000.0) / _H100_SUSTAINED              # 1.008 (ND_GB300_v6_results.md; 1,400 W)
 MI300X_GEMM = (1222.9 / 2614.9) / _H100_SUSTAINED             # 0.717
 # FlashAttention-2's plateau as a fraction of the bf16 peak: the same benchmark of flash-attn
 # (head dim 128, batch 2, 8k, forward + backward) ran 373.9 TFLOP/s on a GB200 and 327.9 on an
@@ -203,6 +204,7 @@ MI300X_GEMM = (1222.9 / 2614.9) / _H100_SUSTAINED             # 0.717
 # FlashAttention-3 paper's figures; attention.HEAD_DIM_SCALE).
 _H100_FA2 = 0.306 * 989.4                                      # attention.ANCHOR, 303 TFLOP/s
 BLACKWELL_FA2_FRACTION = _H100_FA2 * 373.9 / 327.9 / 2500.0    # 0.138 of the GB200's 2,500
+GB300_FA2_FRACTION = _H100_FA2 * 399.7 / 327.9 / 2500.0        # 0.148: 399.7 TFLOP/s on a GB300
 MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / 1307.4
 
 _H100 = HardwareProfile(
@@ -231,6 +233,12 @@ PROFILES: dict[str, HardwareProfile] = {
                            "benchmark (attention.py); B200 scaled from GB200 by the peaks; collectives as H100"),
     "GB200": replace(_H100, name="GB200", gemm_fraction=0.70 * BLACKWELL_GEMM, fp8_gemm_fraction=0.60 * BLACKWELL_GEMM,
                      attention_fraction=BLACKWELL_FA2_FRACTION, source="as B200"),
+    "GB300": replace(_H100, name="GB300", gemm_fraction=0.70 * GB300_GEMM, fp8_gemm_fraction=0.60 * GB300_GEMM,
+                     attention_fraction=GB300_FA2_FRACTION,
+                     source="Blackwell Ultra: GEMMs at H100's fractions times its sustained FP8 cuBLASLt share "
+                            "relative to H100's (1.01: its 1,400 W keep the clocks up), FlashAttention-2 at 1.22 "
+                            "times H100's rate (Azure's AI benchmarking guide); cuDNN attention from cudnn-frontend's "
+                            "GB300 benchmark (attention.py); collectives as H100"),
     "MI300X": replace(_H100, name="MI300X", gemm_fraction=0.70 * MI300X_GEMM, fp8_gemm_fraction=0.60 * MI300X_GEMM,
                       attention_fraction=MI300X_FA2_FRACTION,
                       source="MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "

@@ -74,6 +74,10 @@ def test_blackwell_runs_cudnn_from_its_own_measurement_and_fa2_barely_faster_tha
     fwd, bwd = attention.attention_time(L8B, par, "cudnn", gb200, default_profile("GB200"))
     assert flops / fwd / 1e12 == pytest.approx(1574, rel=1e-3)
     assert 2.5 * flops / bwd / 1e12 == pytest.approx(1332, rel=1e-3)
+    gb300 = gpu_from_name("GB300")                        # Blackwell Ultra: its own measured rows
+    f3, b3 = attention.attention_time(L8B, par, "cudnn", gb300, default_profile("GB300"))
+    assert flops / f3 / 1e12 == pytest.approx(1856, rel=1e-3)
+    assert 2.5 * flops / b3 / 1e12 == pytest.approx(1435, rel=1e-3)
     b = sum(attention.attention_time(L8B, par, "cudnn", b200, default_profile("B200")))
     assert b == pytest.approx((fwd + bwd) * 2500 / 2250)
     fa2 = {g.name: sum(attention.attention_time(L8B, par, "fa2", g, default_profile(g.name))) for g in (gb200, h100)}
