@@ -216,6 +216,16 @@ _H100 = HardwareProfile(
            "nanotron runs by benchmarks/calibrate.py; collectives: _H100_EFFICIENCY",
 )
 
+
+
+def _measured(name: str, gemm_share: float, fa2_fraction: float, source: str) -> HardwareProfile:
+    """H100's profile with its two GEMM fractions times `gemm_share` (this GPU's sustained GEMM
+    share of the peak over H100's) and FlashAttention-2's plateau at `fa2_fraction` of the peak."""
+    return replace(_H100, name=name, gemm_fraction=_H100.gemm_fraction * gemm_share,
+                   fp8_gemm_fraction=_H100.fp8_gemm_fraction * gemm_share,
+                   attention_fraction=fa2_fraction, source=source)
+
+
 PROFILES: dict[str, HardwareProfile] = {
     "H100-80GB": _H100,
     "H200-141GB": replace(_H100, name="H200-141GB"),
@@ -225,25 +235,21 @@ PROFILES: dict[str, HardwareProfile] = {
                                 "eager execution; collectives as H100 (unchecked)"),
     "A100-80GB": replace(_H100, name="A100-80GB", gemm_fraction=0.78, attention_fraction=0.45,
                          source="as A100-40GB"),
-    "B200": replace(_H100, name="B200", gemm_fraction=0.70 * BLACKWELL_GEMM, fp8_gemm_fraction=0.60 * BLACKWELL_GEMM,
-                    attention_fraction=BLACKWELL_FA2_FRACTION,
-                    source="Blackwell: GEMMs at H100's fractions times the GB200's sustained FP8 cuBLASLt share "
-                           "relative to H100's (0.85, Azure's AI benchmarking guide); FlashAttention-2 at 1.14 "
-                           "times H100's rate (same guide); cuDNN attention from cudnn-frontend's GB200 "
-                           "benchmark (attention.py); B200 scaled from GB200 by the peaks; collectives as H100"),
-    "GB200": replace(_H100, name="GB200", gemm_fraction=0.70 * BLACKWELL_GEMM, fp8_gemm_fraction=0.60 * BLACKWELL_GEMM,
-                     attention_fraction=BLACKWELL_FA2_FRACTION, source="as B200"),
-    "GB300": replace(_H100, name="GB300", gemm_fraction=0.70 * GB300_GEMM, fp8_gemm_fraction=0.60 * GB300_GEMM,
-                     attention_fraction=GB300_FA2_FRACTION,
-                     source="Blackwell Ultra: GEMMs at H100's fractions times its sustained FP8 cuBLASLt share "
-                            "relative to H100's (1.01: its 1,400 W keep the clocks up), FlashAttention-2 at 1.22 "
-                            "times H100's rate (Azure's AI benchmarking guide); cuDNN attention from cudnn-frontend's "
-                            "GB300 benchmark (attention.py); collectives as H100"),
-    "MI300X": replace(_H100, name="MI300X", gemm_fraction=0.70 * MI300X_GEMM, fp8_gemm_fraction=0.60 * MI300X_GEMM,
-                      attention_fraction=MI300X_FA2_FRACTION,
-                      source="MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "
-                             "to H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64 "
-                             "(Azure's AI benchmarking guide); collectives as H100"),
+    "B200": _measured("B200", BLACKWELL_GEMM, BLACKWELL_FA2_FRACTION,
+                      "Blackwell: GEMMs at H100's fractions times the GB200's sustained FP8 cuBLASLt share relative "
+                      "to H100's (0.85, Azure's AI benchmarking guide); FlashAttention-2 at 1.14 times H100's rate "
+                      "(same guide); cuDNN attention from cudnn-frontend's GB200 benchmark (attention.py); B200 "
+                      "scaled from GB200 by the peaks; collectives as H100"),
+    "GB200": _measured("GB200", BLACKWELL_GEMM, BLACKWELL_FA2_FRACTION, "as B200"),
+    "GB300": _measured("GB300", GB300_GEMM, GB300_FA2_FRACTION,
+                       "Blackwell Ultra: GEMMs at H100's fractions times its sustained FP8 cuBLASLt share relative "
+                       "to H100's (1.01: its 1,400 W keep the clocks up), FlashAttention-2 at 1.22 times H100's "
+                       "rate (Azure's AI benchmarking guide); cuDNN attention from cudnn-frontend's GB300 "
+                       "benchmark (attention.py); collectives as H100"),
+    "MI300X": _measured("MI300X", MI300X_GEMM, MI300X_FA2_FRACTION,
+                        "MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative to "
+                        "H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64 (Azure's AI "
+                        "benchmarking guide); collectives as H100"),
 }
 
 
