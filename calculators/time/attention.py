@@ -141,19 +141,37 @@ def _combined(fwd: float, bwd: float) -> float:
 ANCHOR = _combined(*rates("fa2", SEQS[-1], 128))            # FA2's plateau on H100: 303 TFLOP/s
 
 
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN"}
+
+
+def costed_kernel(kernel: str, gpu_name: str) -> str:
+    """The kernel whose measurements cost `kernel` on this GPU: itself where it is measured there
+    (all three on Hopper, cuDNN and FA2 on Blackwell), else FlashAttention-2."""
+    measured = ("fa2", "fa3", "cudnn") if gpu_name in HOPPER else ("fa2", "cudnn") if gpu_name in BLACKWELL \
+        else ("fa2",)
+    return kernel if kernel in measured else "fa2"
+
+
+def kernel_note(kernel: str, gpu_name: str) -> str:
+    """How the attention is costed, for a caption: 'cuDNN', or 'FlashAttention-3, costed as
+    FlashAttention-2 (not measured on this GPU)'."""
+    costed = costed_kernel(kernel, gpu_name)
+    name = KERNEL_NAMES.get(kernel, kernel)
+    return name if costed == kernel else f"{name}, costed as {KERNEL_NAMES[costed]} (not measured on this GPU)"
+
+
 def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUSpec,
                    profile: HardwareProfile) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU
     (its heads a/tp, its T = mbs * seq / cp queries against the causal context)."""
     table = None
     scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
+    kernel = costed_kernel(kernel, gpu.name)
     if gpu.name in BLACKWELL and kernel == "cudnn":
         # the measured GPU's table at its profile's attention_fraction, scaled by this GPU's peak
         # and by how its profile's FA2 plateau stands to the measured one's
         table, peak, fa2 = BLACKWELL_CUDNN.get(gpu.name, BLACKWELL_CUDNN["GB200"])
         scale = gpu.bf16_tflops / peak * profile.attention_fraction / fa2 * 1e12
-    elif gpu.name not in HOPPER and kernel != "fa2":
-        kernel = "fa2"
     flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
     head_dim = model.q_dim / model.heads
     if par.cp == 1:

@@ -47,6 +47,14 @@ def test_kernels_by_framework_and_gpu():
                                                                                               prof)
 
 
+def test_the_caption_names_the_kernel_and_any_stand_in():
+    assert attention.kernel_note("cudnn", "GB200") == "cuDNN"
+    assert attention.kernel_note("fa3", "B200") == \
+        "FlashAttention-3, costed as FlashAttention-2 (not measured on this GPU)"
+    assert attention.kernel_note("cudnn", "MI300X").endswith("costed as FlashAttention-2 (not measured on this GPU)")
+    assert attention.kernel_note("fa3", "H100-80GB") == "FlashAttention-3"
+
+
 # cudnn-frontend's SDPA training benchmark on an H200 with cuDNN 9.19 (NVIDIA/cudnn-frontend,
 # benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_20260227_034703.csv):
 # batch 1, 64 query and 8 kv heads, head dim 128; milliseconds forward and backward, causal.
