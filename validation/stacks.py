@@ -21,7 +21,7 @@ from pathlib import Path
 
 from calculators.specs.errors import ConfigError
 from calculators.time.flops import model_flops_per_token
-from calculators.specs.hardware import GPU_PRESETS, GPUSpec, ClusterSpec
+from calculators.specs.hardware import GPU_PRESETS, ClusterSpec
 from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
@@ -34,10 +34,6 @@ from calculators.time.step import estimate_step
 DATA = Path(__file__).parent / "data" / "published_more.csv"
 FRAMEWORKS = {"torchtitan": "fsdp2", "fsdp2": "fsdp2", "fsdp": "fsdp2", "megatron": "megatron", "nemo": "megatron",
               "deepspeed": "deepspeed", "nanotron": "nanotron"}
-# H800: an H100 whose NVLink is cut to 400 GB/s (200 one way); DeepSeek-V3's cluster has one
-# 400 Gb/s InfiniBand NIC per GPU (DeepSeek-V3 technical report, section 3.1)
-EXTRA_GPUS = {"H800": GPUSpec("H800", 79.65, 989.4, 1978.9, 3.35, 200, 50, 8,
-                              "NVIDIA H800 SXM (H100 compute, NVLink 400 GB/s bidirectional)")}
 RECOMPUTE = {"": "none", "none": "none", "no": "none", "false": "none", "full": "full", "selective": "selective",
              "op": "op_sac", "op-sac": "op_sac", "op_sac": "op_sac", "selective op": "op_sac", "core_attn": "core_attn",
              # torchtitan's "selective layer" checkpoints every N-th block; its default selective_ac_option is "2"
@@ -139,7 +135,7 @@ def _run(line: int, row: dict) -> Run:
     if framework is None:
         raise ValueError(f"framework {row['framework']!r} is not one the calculators model")
     gpu_name = row["gpu"].strip()
-    gpu = GPU_PRESETS.get(gpu_name) or EXTRA_GPUS.get(gpu_name)
+    gpu = GPU_PRESETS.get(gpu_name)
     if gpu is None:
         raise ValueError(f"gpu {gpu_name!r} is not a preset")
     model = _model(row)
