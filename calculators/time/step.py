@@ -46,14 +46,15 @@ from ..memory.activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
-from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale, p2p_overlapped,
-                         shard_copy_bytes, tp_backward_overlapped)
+from ..specs.frameworks import (attention_kernel, gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
+                                p2p_overlapped, shard_copy_bytes, tp_backward_overlapped)
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from ..pipeline.simulate import Timeline, simulate_long
 from ..pipeline.schedules import n_stages, stage_owner, stages_of_rank
+from .attention import kernel_note
 from .profiles import HardwareProfile, default_profile
 from ..specs.recompute import modules, policy as recompute_policy, reissue
 
@@ -67,10 +68,11 @@ class StepEstimate:
     bubble_fraction: float
     breakdown: dict = field(default_factory=dict)   # seconds per step on the slowest rank
     pipeline: str = "simulated"  # how the pipeline was timed: simulated, extrapolated or closed form
+    attention: str = ""          # the attention kernel costed (attention.kernel_note)
     def as_dict(self) -> dict:
         return {"time_s": self.time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu,
                 "hfu": self.hfu, "tflops_per_gpu": self.tflops_per_gpu, "bubble_fraction": self.bubble_fraction,
-                "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline,
+                "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline, "attention": self.attention,
                 "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
 
@@ -307,7 +309,9 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
                            layers[busiest], model, m, timeline, tail_parts)
     return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
                         hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
-                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown, pipeline=how)
+                        bubble_fraction=timeline.bubble_fraction, breakdown=breakdown, pipeline=how,
+                        attention=kernel_note(par.attention or attention_kernel(par.framework, gpu.name), gpu.name)
+                        if par.flash else "unfused (the score matrix in memory)")
 
 
 def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:

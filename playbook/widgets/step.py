@@ -5,8 +5,6 @@ from __future__ import annotations
 import gradio as gr
 
 from calculators.memory.estimate import estimate_memory
-from calculators.specs.frameworks import attention_kernel
-from calculators.time.attention import kernel_note
 from calculators.time.step import estimate_step
 from playbook.plots import breakdown_bar
 
@@ -27,8 +25,7 @@ def compute(v: dict):
             f"MFU **{step.mfu:.1%}** (model FLOPs, no recompute), HFU {step.hfu:.1%} (with recompute), "
             f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
             f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU and HFU are over the dense BF16 peak, "
-            f"FP8 runs too, so FP8's speed-up shows as a higher MFU. Attention: "
-            f"{kernel_note(par.attention or attention_kernel(par.framework, cluster.gpu.name), cluster.gpu.name)}.")
+            f"FP8 runs too, so FP8's speed-up shows as a higher MFU. Attention: {step.attention}.")
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text
 
 

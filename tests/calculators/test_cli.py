@@ -17,7 +17,7 @@ CONTRACT_EXAMPLE = {
     "hardware": {"gpu": "H100-80GB", "nodes": 8, "gpus_per_node": 8},
     "parallel": {"dp": 8, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero": 1, "sp": True, "mbs": 1,
                  "gbs": 512, "seq": 8192, "recompute": "selective", "precision": "bf16", "schedule": "1f1b"}}
-STEP_KEYS = {"time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction"}
+STEP_KEYS = {"time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction", "attention"}
 MEMORY_KEYS = {"params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
                "capacity_gib", "fits"}
 
