@@ -45,7 +45,7 @@ its plateau (causal, head dim 128, forward + backward); the table gives every ke
 relative to that (H100: 303 TFLOP/s, 0.306 of 989). FlashAttention-3 runs on Hopper only; on
 other GPUs a framework asking for it gets FA2's cost.
 
-Blackwell (B200, GB200) is not Hopper scaled by its peak: its tensor cores doubled, the units
+Blackwell (B200, GB200, GB300) is not Hopper scaled by its peak: its tensor cores doubled, the units
 softmax needs did not, so each kernel family moves on its own.
 - cuDNN: cudnn-frontend's published SDPA training benchmark on a GB200 with cuDNN 9.22
   (NVIDIA/cudnn-frontend, benchmark/sdpa_benchmark_training/results/llama3.1/gb200, 2026-04;
