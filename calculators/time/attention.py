@@ -12,26 +12,27 @@ paper's FlashAttention-2 rows: PyTorch's flash backend runs at 0.97 of them forw
 backward (median), and holds its 16k rate to 128k tokens. Causal FLOPs count half the square (our
 convention, flops.py).
 
-| seq | 512 | 1k | 2k | 4k | 8k | 16k |
-|---|---|---|---|---|---|---|
-| FA2 forward, causal | 191 | 260 | 298 | 319 | 333 | 335 |
-| FA2 forward | 309 | 350 | 362 | 368 | 370 | 370 |
-| FA2 backward | 214 | 260 | 291 | 310 | 318 | 322 |
-| cuDNN forward, causal (ours) | 212 | 443 | 517 | 573 | 607 | 629 |
-| cuDNN forward (ours) | 533 | 608 | 653 | 670 | 678 | 681 |
-| cuDNN backward (ours) | 297 | 417 | 502 | 551 | 579 | 517 |
-| cuDNN backward, causal (ours) | 195 | 290 | 392 | 471 | 523 | 525 |
-| FA3 forward, causal | 292 | 423 | 521 | 579 | 602 | 616 |
-| FA3 forward | 467 | 565 | 625 | 638 | 646 | 648 |
-| FA3 backward | 316 | 424 | 501 | 542 | 559 | 561 |
+| seq | 512 | 1k | 2k | 4k | 8k | 16k | 32k |
+|---|---|---|---|---|---|---|---|
+| FA2 forward, causal | 191 | 260 | 298 | 319 | 333 | 335 | |
+| FA2 forward | 309 | 350 | 362 | 368 | 370 | 370 | |
+| FA2 backward | 214 | 260 | 291 | 310 | 318 | 322 | |
+| cuDNN forward, causal (ours) | 212 | 443 | 517 | 573 | 607 | 629 | 590 |
+| cuDNN forward (ours) | 533 | 608 | 653 | 670 | 678 | 681 | |
+| cuDNN backward (ours) | 297 | 417 | 502 | 551 | 579 | 517 | |
+| cuDNN backward, causal (ours) | 195 | 290 | 392 | 471 | 523 | 525 | 527 |
+| FA3 forward, causal | 292 | 423 | 521 | 579 | 602 | 616 | |
+| FA3 forward | 467 | 565 | 625 | 638 | 646 | 648 | |
+| FA3 backward | 316 | 424 | 501 | 542 | 559 | 561 | |
 
 The paper plots backward without the causal mask only; for FA2 and FA3 a causal backward is taken
 to lose what a causal forward loses at the same length (the backward times the causal/non-causal
 forward ratio). Our cuDNN rows measure the causal backward itself (at 16k it loses nothing, where
 the rule would take 8% off). Head dim 64 and 256 scale each kernel by its non-causal forward at
 16k over head dim 128's (FA2 0.88 and 0.88, FA3 0.77 and 1.17, the paper's figures; cuDNN 0.72,
-ours, and 0.98, the paper's), interpolated in log2 of the head dim. Lengths are clamped to the
-measured range; log-linear in between. With context
+ours, and 0.98, the paper's), interpolated in log2 of the head dim. Lengths are clamped to each
+row's measured range; log-linear in between. Our causal cuDNN rows go on to 32k (590 forward, 527
+backward), and fall further by 128k (546, 524); FA2 holds its 16k rate to 128k. With context
 parallelism the kernels run chunk by chunk: the load-balanced ring splits each sequence into
 2 cp chunks and computes attention between chunks (Megatron/Transformer Engine's
 AttnFuncWithCPAndKVP2P, torch's context_parallel), so a kernel's length is seq / (2 cp), and only
@@ -78,12 +79,12 @@ from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import BLACKWELL_FA2_FRACTION as GB200_FA2_FRACTION, GB300_FA2_FRACTION, HardwareProfile
 
-SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)   # a row may stop at 16k: longer is held at its last
 H100_TFLOPS = {
     "fa2": {"causal": (191, 260, 298, 319, 333, 335), "full": (309, 350, 362, 368, 370, 370),
             "backward": (214, 260, 291, 310, 318, 322)},
-    "cudnn": {"causal": (212, 443, 517, 573, 607, 629), "full": (533, 608, 653, 670, 678, 681),
-              "backward": (297, 417, 502, 551, 579, 517), "backward_causal": (195, 290, 392, 471, 523, 525)},
+    "cudnn": {"causal": (212, 443, 517, 573, 607, 629, 590), "full": (533, 608, 653, 670, 678, 681),
+              "backward": (297, 417, 502, 551, 579, 517), "backward_causal": (195, 290, 392, 471, 523, 525, 527)},
     "fa3": {"causal": (292, 423, 521, 579, 602, 616), "full": (467, 565, 625, 638, 646, 648),
             "backward": (316, 424, 501, 542, 559, 561)},
 }
@@ -91,24 +92,27 @@ HEAD_DIM_SCALE = {"fa2": (0.876, 1.0, 0.881), "cudnn": (0.717, 1.0, 0.976), "fa3
 
 
 def _from_2k(measured: dict) -> dict:
-    """A table measured from 2k to 16k, completed at 512 and 1k by Hopper cuDNN's fall-off below 2k."""
+    """A table measured from 2k to 32k, completed at 512 and 1k by Hopper cuDNN's fall-off below 2k."""
     return {row: tuple(v[0] * H100_TFLOPS["cudnn"][row][i] / H100_TFLOPS["cudnn"][row][2] for i in (0, 1)) + v
             for row, v in measured.items()}
 
 
 # cuDNN 9.22 on Blackwell at SEQS, TFLOP/s (cudnn-frontend, results/llama3.1/{gb200,gb300})
-GB200_CUDNN = _from_2k({"causal": (1097, 1408, 1574, 1708), "full": (1433, 1599, 1771, 1697),
-                        "backward": (1124, 1350, 1404, 1374), "backward_causal": (885, 1148, 1332, 1328)})
-GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915), "full": (1805, 1900, 2017, 2014),
-                        "backward": (1213, 1429, 1531, 1536), "backward_causal": (967, 1248, 1435, 1507)})
+GB200_CUDNN = _from_2k({"causal": (1097, 1408, 1574, 1708, 1622), "full": (1433, 1599, 1771, 1697, 1634),
+                        "backward": (1124, 1350, 1404, 1374, 1262),
+                        "backward_causal": (885, 1148, 1332, 1328, 1226)})
+GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915, 1953), "full": (1805, 1900, 2017, 2014, 1836),
+                        "backward": (1213, 1429, 1531, 1536, 1427),
+                        "backward_causal": (967, 1248, 1435, 1507, 1490)})
 # Blackwell GPU -> (its cuDNN table, the peak and FA2 plateau of the GPU measured); B200: GB200's
 BLACKWELL_CUDNN = {"GB200": (GB200_CUDNN, GPU_PRESETS["GB200"].bf16_tflops, GB200_FA2_FRACTION),
                    "GB300": (GB300_CUDNN, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
 
 
 def _at(values: tuple, seq: float) -> float:
-    x = min(max(math.log2(max(seq, 1.0)), math.log2(SEQS[0])), math.log2(SEQS[-1]))
-    i = min(int(x - 9), len(SEQS) - 2)
+    """A row's rate at `seq`: log-linear between its points, held at its ends (SEQS[len - 1])."""
+    x = min(max(math.log2(max(seq, 1.0)), math.log2(SEQS[0])), math.log2(SEQS[len(values) - 1]))
+    i = min(int(x - 9), len(values) - 2)
     w = x - (9 + i)
     return values[i] * (1 - w) + values[i + 1] * w
 

@@ -15,11 +15,13 @@ L8B = ModelSpec(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=1
 def test_the_table_is_reproduced_at_its_points():
     for kernel, table in attention.H100_TFLOPS.items():
         for i, seq in enumerate(attention.SEQS):
+            def at(row):                                 # a row that stops short is held at its last point
+                return table[row][min(i, len(table[row]) - 1)]
             fwd, bwd = attention.rates(kernel, seq, 128, causal=False)
-            assert fwd == pytest.approx(table["full"][i]) and bwd == pytest.approx(table["backward"][i])
-            assert attention.rates(kernel, seq, 128)[0] == pytest.approx(table["causal"][i])
+            assert fwd == pytest.approx(at("full")) and bwd == pytest.approx(at("backward"))
+            assert attention.rates(kernel, seq, 128)[0] == pytest.approx(at("causal"))
             if "backward_causal" in table:
-                assert attention.rates(kernel, seq, 128)[1] == pytest.approx(table["backward_causal"][i])
+                assert attention.rates(kernel, seq, 128)[1] == pytest.approx(at("backward_causal"))
 
 
 def test_the_h100_profile_is_fa2s_plateau_and_the_faster_kernels_are_faster():
