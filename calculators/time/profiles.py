@@ -33,8 +33,9 @@ Knobs:
   H100's share at a B200's peak.
 - attention: FlashAttention-2's forward + backward reaches `attention_fraction` of the bf16 peak at
   its plateau (causal, head dim 128, 16k tokens); calculators/time/attention.py scales every kernel
-  (FA2, cuDNN, FA3) and length from there by the FlashAttention-3 paper's H100 measurements. H100:
-  303 TFLOP/s there, 0.306 of the peak.
+  (FA2, cuDNN, FA3) and length from there by H100 measurements (the FlashAttention-3 paper's and
+  ours), and Blackwell's cuDNN by its own measured rows. H100: 303 TFLOP/s there, 0.306 of the
+  peak; GB200 0.138 and GB300 0.148 (FA2 barely faster than on H100), MI300X 0.265.
 - memory-bound ops (norms, activations, residuals, RoPE, the optimizer) move their bytes at
   `hbm_fraction` of the HBM bandwidth; every kernel costs at least `kernel_us`.
 - host: an eager framework's CPU (Python, autograd, kernel launches) needs `host_ms_per_layer` to
