@@ -377,3 +377,9 @@ def attention_kernel(framework: str, gpu_name: str = "") -> str:
     if framework == "megatron" or (framework == "fsdp2" and gpu_name in BLACKWELL):
         return "cudnn"
     return "fa2"
+
+
+def layout_attention(par, gpu_name: str) -> str:
+    """The attention kernel a layout runs on this GPU: `parallel.attention` where set, else its
+    framework's default (attention_kernel)."""
+    return par.attention or attention_kernel(par.framework, gpu_name)

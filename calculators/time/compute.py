@@ -23,7 +23,7 @@ from . import elementwise
 from ..memory.activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
-from ..specs.frameworks import attention_kernel, fused_matmuls, loss_bytes_per_logit, loss_kernel
+from ..specs.frameworks import fused_matmuls, layout_attention, loss_bytes_per_logit, loss_kernel
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
@@ -157,7 +157,7 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
                profile: HardwareProfile) -> LayerTime:
     T = tokens(par)
     gemm, cols, unsaved, by_module = _layer_gemms(model, par, moe_layer, T, gpu, profile)
-    attn, attn_b = (attention_time(model, par, par.attention or attention_kernel(par.framework, gpu.name), gpu, profile)
+    attn, attn_b = (attention_time(model, par, layout_attention(par, gpu.name), gpu, profile)
                     if par.flash else _unfused_attention(model, par, gpu, profile))
     work = elementwise.layer_bytes(model, par, moe_layer, T)
     mem, mem_b = (memory_time(*work[way], gpu, profile) for way in ("forward", "backward"))

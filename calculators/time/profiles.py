@@ -63,6 +63,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..specs.errors import ConfigError
+from ..specs.hardware import GPU_PRESETS
 from ..specs.limits import MAX_JSON_BYTES
 from ..specs.validate import check_fields, link, loads, number, show
 
@@ -192,21 +193,23 @@ def save_profile(profile: HardwareProfile, path: str | Path) -> None:
 
 
 # GEMMs: the sustained FP8 share of the peak at 8192^3 relative to H100's (Azure's AI benchmarking
-# guide, Azure_Results/ND_{H100_v5,GB200_v6,GB300_v6,MI300X_v5}_results.md, github.com/egmsft/AI-benchmarking-guide
-# at 3371c0c, the fork carrying the GB200 and MI300X pages; H100 1290.1/1979, GB200 2781.5/5000,
-# MI300X 1222.9/2614.9 TFLOP/s).
-_H100_SUSTAINED = 1290.1 / 1979.0
-BLACKWELL_GEMM = (2781.5 / 5000.0) / _H100_SUSTAINED          # 0.853
-GB300_GEMM = (3286.3 / 5000.0) / _H100_SUSTAINED              # 1.008 (ND_GB300_v6_results.md; 1,400 W)
-MI300X_GEMM = (1222.9 / 2614.9) / _H100_SUSTAINED             # 0.717
+# guide, Azure_Results/ND_{H100_v5,GB200_v6,GB300_v6,MI300X_v5}_results.md,
+# github.com/egmsft/AI-benchmarking-guide at 3371c0c, the fork carrying the GB200, GB300 and MI300X
+# pages): H100 1290.1, GB200 2781.5, GB300 3286.3 (1,400 W), MI300X 1222.9 TFLOP/s.
+_PEAK = {name: gpu.fp8_tflops for name, gpu in GPU_PRESETS.items()}
+_H100_SUSTAINED = 1290.1 / _PEAK["H100-80GB"]
+BLACKWELL_GEMM = 2781.5 / _PEAK["GB200"] / _H100_SUSTAINED     # 0.853
+GB300_GEMM = 3286.3 / _PEAK["GB300"] / _H100_SUSTAINED         # 1.008
+MI300X_GEMM = 1222.9 / _PEAK["MI300X"] / _H100_SUSTAINED       # 0.717
 # FlashAttention-2's plateau as a fraction of the bf16 peak: the same benchmark of flash-attn
-# (head dim 128, batch 2, 8k, forward + backward) ran 373.9 TFLOP/s on a GB200 and 327.9 on an
-# H100; MI300X 328.6 at head dim 64, where H100's FA2 runs 0.876 of its head-dim-128 rate (the
-# FlashAttention-3 paper's figures; attention.HEAD_DIM_SCALE).
-_H100_FA2 = 0.306 * 989.4                                      # attention.ANCHOR, 303 TFLOP/s
-BLACKWELL_FA2_FRACTION = _H100_FA2 * 373.9 / 327.9 / 2500.0    # 0.138 of the GB200's 2,500
-GB300_FA2_FRACTION = _H100_FA2 * 399.7 / 327.9 / 2500.0        # 0.148: 399.7 TFLOP/s on a GB300
-MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / 1307.4
+# (head dim 128, batch 2, 8k, forward + backward) ran 373.9 TFLOP/s on a GB200, 399.7 on a GB300
+# and 327.9 on an H100; MI300X 328.6 at head dim 64, where H100's FA2 runs 0.876 of its
+# head-dim-128 rate (the FlashAttention-3 paper's figures; attention.HEAD_DIM_SCALE).
+_BF16 = {name: gpu.bf16_tflops for name, gpu in GPU_PRESETS.items()}
+_H100_FA2 = HardwareProfile().attention_fraction * _BF16["H100-80GB"]      # attention.ANCHOR, 303 TFLOP/s
+BLACKWELL_FA2_FRACTION = _H100_FA2 * 373.9 / 327.9 / _BF16["GB200"]         # 0.138
+GB300_FA2_FRACTION = _H100_FA2 * 399.7 / 327.9 / _BF16["GB300"]             # 0.148
+MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / _BF16["MI300X"]  # 0.265
 
 _H100 = HardwareProfile(
     name="H100-80GB",
@@ -216,7 +219,6 @@ _H100 = HardwareProfile(
            "so they describe eager PyTorch on H100 SXM; host_ms_per_layer: fitted to the one-node "
            "nanotron runs by benchmarks/calibrate.py; collectives: _H100_EFFICIENCY",
 )
-
 
 
 def _measured(name: str, gemm_share: float, fa2_fraction: float, source: str) -> HardwareProfile:

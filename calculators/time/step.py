@@ -46,8 +46,8 @@ from ..memory.activations import BF16, tokens
 from .comm import collective_time, dispatch_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
-from ..specs.frameworks import (attention_kernel, gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
-                                p2p_overlapped, shard_copy_bytes, tp_backward_overlapped)
+from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
+                                layout_attention, p2p_overlapped, shard_copy_bytes, tp_backward_overlapped)
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
 from ..specs.models import ModelSpec
@@ -310,7 +310,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     return StepEstimate(time_s=time_s, tokens_per_s_per_gpu=tokens_per_gpu, mfu=tokens_per_gpu * mflops / peak,
                         hfu=tokens_per_gpu * hflops / peak, tflops_per_gpu=tokens_per_gpu * mflops / 1e12,
                         bubble_fraction=timeline.bubble_fraction, breakdown=breakdown, pipeline=how,
-                        attention=kernel_note(par.attention or attention_kernel(par.framework, gpu.name), gpu.name)
+                        attention=kernel_note(layout_attention(par, gpu.name), gpu.name)
                         if par.flash else "unfused (the score matrix in memory)")
 
 
