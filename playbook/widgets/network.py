@@ -9,7 +9,10 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
+from calculators.specs.frameworks import layout_attention
+from calculators.time.attention import KERNEL_NAMES, attention_time, costed_kernel
 from calculators.time.comm import Group, bus_bandwidth, collective_time
+from calculators.time.flops import attention_flops
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import GPU_PRESETS
 from calculators.time.profiles import COLLECTIVES, default_profile
@@ -74,7 +77,11 @@ def roof_compute(v: dict):
     points.append(("SwiGLU / residual", 0.33, gpu.hbm_tbps * prof.hbm_fraction * 0.33))
     hd = model.head_dim
     ai_attn = (2 * 2 * par.seq * hd / 2) / (2 * 4 * hd)          # causal flops per byte of q, k, v, o
-    points.append(("attention (flash)", ai_attn, gpu.bf16_tflops * prof.attention_fraction))
+    # the time model's attention (layer_time's kernel choice), forward + backward: 3.5x the forward's FLOPs
+    kernel = costed_kernel(layout_attention(par, gpu.name), gpu.name)
+    attn_flops = T * attention_flops(model, par.seq, causal=True) / par.tp
+    attn_rate = 3.5 * attn_flops / sum(attention_time(model, par, kernel, gpu, prof)) / 1e12
+    points.append((f"attention ({KERNEL_NAMES[kernel]})", ai_attn, attn_rate))
     ridge = gpu.bf16_tflops / gpu.hbm_tbps
     text = (f"{gpu.name}: {gpu.bf16_tflops:.0f} TFLOP/s dense bf16, {gpu.hbm_tbps} TB/s HBM: kernels below "
             f"**{ridge:.0f} FLOP/byte** are memory-bound. Points: one layer of {escape.md(model.name)} at tp {par.tp}, "

@@ -221,3 +221,22 @@ def test_every_part_of_a_step_has_its_colour_everywhere():
     colours = {t["name"]: t["marker"]["color"] for t in fig.data}
     assert colours.get("tp exposed") == colours.get("tp hidden", TIME_COLOR["tp"]) == TIME_COLOR["tp"]
     assert len(set(TIME_COLOR.values())) == len(TIME_COLOR) and len(set(ROLE_COLOR.values())) == len(ROLE_COLOR)
+
+
+@pytest.mark.parametrize("gpu,kernel", [("H100-80GB", "cuDNN"), ("GB200", "cuDNN"), ("MI300X", "FlashAttention-2")])
+def test_the_rooflines_attention_point_is_the_time_models(gpu, kernel):
+    """The roofline's caption says its points run at the rates the time model gives them: the
+    attention point is the kernel layer_time costs for the layout's framework on that GPU."""
+    from calculators.specs.frameworks import layout_attention
+    from calculators.time.attention import attention_time
+    from calculators.time.flops import attention_flops
+    from calculators.time.profiles import default_profile
+    from playbook.values import scenario_from
+    from playbook.widgets.network import roof_compute
+    v = {"model": "llama3-8b", "gpu": gpu, "tp": 1, "mbs": 1, "seq": 8192}
+    fig, _ = roof_compute(v)
+    (point,) = [t for t in fig.data if t["name"].startswith("attention")]
+    model, cluster, par = scenario_from(v)
+    seconds = sum(attention_time(model, par, layout_attention(par, gpu), cluster.gpu, default_profile(gpu)))
+    assert point["name"] == f"attention ({kernel})"
+    assert point["y"][0] == pytest.approx(3.5 * 8192 * attention_flops(model, 8192, causal=True) / seconds / 1e12)
