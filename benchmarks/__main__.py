@@ -5,6 +5,7 @@
     python -m benchmarks gemm --out results/mine.jsonl
     python -m benchmarks gemm --models llama3-8b,llama3-70b --tps 1,2,4,8 --dtypes bf16,fp8 --out results/mine.jsonl
     python -m benchmarks attention --seqs 1024,4096,16384 --gqa 1,8 --out results/mine.jsonl
+    python -m benchmarks moe --models qwen3-30b-a3b,deepseek-v3 --eps 8,32 --out results/mine.jsonl
     python -m benchmarks memory --world 64 --tp 8 --zero 3 --model llama3-8b --out results/mine.jsonl
     torchrun --nproc-per-node 8 -m benchmarks sweep configs.jsonl --out results/mine.jsonl   # resumes
     python -m benchmarks launch configs.jsonl --backend slurm --partition gpu --out results/mine  # any worlds
@@ -101,6 +102,20 @@ def cmd_attention(ns) -> int:
     return _finish(rows)
 
 
+def cmd_moe(ns) -> int:
+    from .moe import cases
+    from .runner import run_case, summary
+    g, device = _device_and_grid(ns.device)
+    todo, skipped = cases(ns.models, ns.eps, ns.tokens, ns.dtypes.split(","), ns.iters)
+    for note in skipped:
+        print(f"skipped: {note}", file=sys.stderr)
+    rows = []
+    for c in todo:
+        rows.append(run_case("moe", c, ns.out, g, device))
+        print(summary(rows[-1]), flush=True)
+    return _finish(rows)
+
+
 def cmd_memory(ns) -> int:
     from .memory import run_memory
     row = run_memory(cfg.from_args(ns), ns.world, ns.rank, ns.out)
@@ -175,6 +190,16 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--out")
     p.set_defaults(fn=cmd_attention)
+    p = sub.add_parser("moe", help="one GPU's share of an MoE layer (router, permutation, experts)")
+    p.add_argument("--models", default="qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,mixtral-8x7b",
+                   help="mixture-of-experts presets")
+    p.add_argument("--eps", default="8,32", help="expert-parallel sizes (E/ep experts on this GPU)")
+    p.add_argument("--tokens", default="4096,16384", help="tokens on this GPU per micro-batch")
+    p.add_argument("--dtypes", default="bf16", help="bf16 (fp32 on a CPU)")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_moe)
     p = sub.add_parser("memory", help="one rank of a large layout on one device (fake process group)")
     cfg.add_arguments(p)
     p.add_argument("--world", type=int, required=True, help="the layout's total ranks")

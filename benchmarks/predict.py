@@ -3,8 +3,12 @@ predicted again by the current calculators (validation.bundle) exactly as the su
 from __future__ import annotations
 
 from calculators.time.attention import rates
-from calculators.time.compute import gemm_time
+from calculators.time.compute import expert_tokens, gemm_time, memory_time
+from calculators.time.elementwise import FUSED, permute_bytes
 from calculators.specs.errors import ConfigError
+from calculators.specs.frameworks import fused_matmuls
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.presets import model_from_name
 from calculators.scenario import evaluate, parse_hardware, parse_profile
 
 KERNEL_FAMILY = {"flash": "fa2", "cudnn": "cudnn"}        # the calculators' table for each SDPA backend
@@ -48,3 +52,41 @@ def attention(m: dict, gpu_preset: str | None) -> dict:
     pf, pb = rates(family, m["seq"], m["head_dim"], m["causal"])
     return {"kernel": family, "forward_tflops": pf, "backward_tflops": pb,
             "forward_s": f / (pf * 1e12), "backward_s": 2.5 * f / (pb * 1e12)}
+
+
+def moe_model(name: str):
+    """A model preset, or the harness's tiny ones (benchmarks.config.LOCAL_MODELS), by name."""
+    from .config import LOCAL_MODELS
+    return LOCAL_MODELS.get(name) or model_from_name(name)
+
+
+def moe(model: str, ep: int, tokens: int, dtype: str, hardware: dict) -> dict:
+    """The calculators' seconds for the moe suite's parts (benchmarks/moe.py), forward ("<part>_forward_s")
+    and forward + backward ("<part>_s"): the router's GEMM; the permutation and combine's bytes;
+    the experts' GEMMs (gate and up fused, as the suite runs them) on compute.expert_tokens each
+    and the SwiGLU's bytes. A backward runs each GEMM twice (input and weight gradients) and moves
+    twice the forward's bytes. The grouped kernel and the per-expert loop get the same cost: the
+    calculators tell them apart by nothing but the GEMM shapes."""
+    spec = moe_model(model)
+    cluster = parse_hardware(hardware)
+    gpu, profile = cluster.gpu, parse_profile(hardware, cluster)
+    par = ParallelConfig(dp=ep, ep=ep, mbs=1, gbs=ep, seq=tokens, framework="megatron")
+    n = expert_tokens(spec, par, tokens)
+    r_gemms, e_gemms = 0.0, 0.0
+    for mm in fused_matmuls(spec.layer_matmuls(True), "megatron"):
+        if mm.name == "router":
+            r_gemms += gemm_time(tokens, mm.fan_out, mm.fan_in, gpu, profile)
+        elif mm.expert:
+            e_gemms += gemm_time(n, mm.fan_out, mm.fan_in, gpu, profile, dtype == "fp8", count=mm.stored / ep)
+    (_, _, _, act_f, _), _ = FUSED["forward"]
+    (_, _, _, act_b, _), _ = FUSED["backward"]
+    routed = tokens * spec.moe.top_k * spec.moe.expert_ffn
+    act = memory_time(act_f * routed, 1, gpu, profile), memory_time(act_b * routed, 2, gpu, profile)
+    perm = memory_time(permute_bytes(spec, tokens), 2, gpu, profile), \
+        memory_time(2 * permute_bytes(spec, tokens), 4, gpu, profile)
+    out = {"tokens_per_expert": n}
+    for part, (fwd, bwd) in {"router": (r_gemms, 2 * r_gemms), "permute": perm,
+                             "experts": (e_gemms + act[0], 2 * e_gemms + act[1])}.items():
+        out[f"{part}_forward_s"], out[f"{part}_s"] = fwd, fwd + bwd
+    out["experts_loop_forward_s"], out["experts_loop_s"] = out["experts_forward_s"], out["experts_s"]
+    return out

@@ -3,7 +3,7 @@
 No torch here: the playbook reads results through this module (shared/DESIGN.md layers).
 
 A row (schema 1):
-    {"schema": 1, "suite": "train" | "collectives" | "gemm" | "memory" | "attention",
+    {"schema": 1, "suite": "train" | "collectives" | "gemm" | "memory" | "attention" | "moe",
      "status": "ok" | "oom" | "error", "error": "message" (status error/oom),
      "key": "<hash of suite + config>", "time": "2026-11-22T10:00:00Z",
      "config": {...}       # train/memory: a calculator scenario {"model", "hardware", "parallel"}
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA = 1
-SUITES = ("train", "collectives", "gemm", "memory", "attention")
+SUITES = ("train", "collectives", "gemm", "memory", "attention", "moe")
 STATUSES = ("ok", "oom", "error")
 BUNDLED = Path(__file__).parent / "results"
 

@@ -34,7 +34,10 @@ def _suite_fn(suite: str):
     if suite == "attention":
         from .attention import measure
         return measure
-    raise ConfigError(f"suite {suite!r} cannot run in a sweep; choose train, collectives, gemm or attention")
+    if suite == "moe":
+        from .moe import measure
+        return measure
+    raise ConfigError(f"suite {suite!r} cannot run in a sweep; choose train, collectives, gemm, attention or moe")
 
 
 def run_case(suite: str, config: dict, out: str | None, g: host.Grid, device: torch.device) -> dict:
@@ -95,6 +98,10 @@ def summary(row: dict) -> str:
                 f"({m['gqa_mode']}){' causal' if m['causal'] else ''}: forward {m['forward_tflops']:.0f} TFLOP/s "
                 f"(predicted {p.get('forward_tflops', float('nan')):.0f}), backward {m['backward_tflops']:.0f} "
                 f"(predicted {p.get('backward_tflops', float('nan')):.0f})")
+    if row["suite"] == "moe":
+        parts = [f"{part} {m[part + '_s'] * 1e3:.3g} ms (predicted {p.get(part + '_s', float('nan')) * 1e3:.3g})"
+                 for part in ("router", "permute", "experts", "experts_loop") if part + "_s" in m]
+        return f"moe {what}, forward + backward: " + ", ".join(parts)
     return f"{row['suite']} {what}: ok"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session of measurements on a single H100 (or H200): the suites that need one GPU only.
 #   bash benchmarks/sessions/h100.sh OUTDIR [stage ...]
-# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra expandable (default:
+# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra expandable moe (default:
 # probe gemm attention long train1 train2 memory cp). Each stage has a wall-clock limit so that one
 # slow or hanging stage cannot take the others' time; results append to OUTDIR/<suite>.jsonl (a
 # sweep resumes: configs already there are skipped).
@@ -74,6 +74,10 @@ for s in $stages; do
           --world 64 --zero 3 --model llama3-8b --seq 8192 --mbs 1 --gbs 64 --recompute $rc --steps 1 --warmup 0 \
           --out "$out/memory_expandable.jsonl"
       done ;;
+    moe)         # one GPU's share of MoE layers at EP 8 and 32: router, permutation and combine, the experts
+                 # as grouped GEMMs and as a per-expert loop, forward and backward, beside the calculators' costs
+      stage moe 180 $py -m benchmarks moe --models qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,mixtral-8x7b \
+        --eps 8,32 --tokens 4096,16384 --dtypes bf16 --iters 10 --out "$out/moe.jsonl" ;;
     *) echo "unknown stage $s" ;;
   esac
 done

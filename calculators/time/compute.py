@@ -82,6 +82,16 @@ def memory_time(nbytes: float, kernels: int, gpu: GPUSpec, profile: HardwareProf
 ATTENTION_COLUMNS = ("q", "k", "v", "q_b", "kv_b")
 
 
+def expert_tokens(model: ModelSpec, par: ParallelConfig, T: float) -> float:
+    """Tokens each of this GPU's E/ep experts runs on per micro-batch: the expert group's tokens
+    spread over E experts, ep*Tr*K/E each, times the routing imbalance on the busiest rank, which
+    the others wait for. Tr, the tokens a rank routes: with sequence parallelism its T/tp shard,
+    gathered over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp."""
+    E, K = model.moe.experts, model.moe.top_k
+    routed = T * par.etp / par.tp if par.sp else T
+    return par.ep * routed * K / E * par.moe_imbalance
+
+
 def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:
     """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them,
     forward seconds of the GEMMs op_sac recomputes: every second matmul, the router and the
@@ -92,14 +102,8 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
     saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
     for mm in fused_matmuls(mms, par.framework):
         if mm.expert:
-            # the expert group's tokens spread over E experts; this GPU runs E/ep of them, each on
-            # ep*Tr*K/E tokens (times the routing imbalance on the busiest rank, which the others wait
-            # for). Tr, the tokens a rank routes: with sequence parallelism its T/tp shard, gathered
-            # over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp
-            E, K = model.moe.experts, model.moe.top_k
-            routed = T * par.etp / par.tp if par.sp else T
-            tokens = par.ep * routed * K / E * par.moe_imbalance
-            g = gemm_time(tokens, mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8, count=mm.stored / par.ep)
+            g = gemm_time(expert_tokens(model, par, T), mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8,
+                          count=mm.stored / par.ep)
         elif mm.tp == "col":
             g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
             cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g

@@ -45,6 +45,13 @@ def style(par: ParallelConfig) -> str:
     return "eager" if par.framework in EAGER and not par.compile else "fused"
 
 
+def permute_bytes(model: ModelSpec, tokens: float) -> float:
+    """HBM bytes of an MoE layer's forward permutation and unpermutation for `tokens` tokens: K bf16
+    copies of each token written out in expert order, and read back for the weighted combine (the
+    backward moves twice this)."""
+    return 2 * 2 * tokens * model.hidden * model.moe.top_k
+
+
 def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: float) -> dict:
     """{"forward": (bytes, kernels), "backward": (bytes, kernels)} of one layer's element-wise
     work for `tokens` tokens of a micro-batch on one GPU. MoE layers add the permutation of the
@@ -55,7 +62,7 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
-        permute = 2 * 2 * tokens * model.hidden * e.top_k        # bf16: K copies of each token out, and back
+        permute = permute_bytes(model, tokens)
     else:
         f_local, permute = model.ffn / t, 0.0
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}

@@ -1,0 +1,143 @@
+"""The moe suite: the parts of one mixture-of-experts layer that expert parallelism leaves to
+one GPU, timed forward and forward + backward, against the calculators' cost of each part.
+
+For a preset's MoE layer (or the harness's tiny-moe), `tokens` tokens on this GPU and expert
+parallelism `ep` (E/ep local experts), with balanced routing (as the forced-balance benchmarks
+run; each GPU then receives T*K token copies, ep*T*K/E for each local expert):
+- router: the gate's logits (T x h by h x E), softmax in fp32, top-k. The calculators cost the
+  GEMM only.
+- permute: the K*T copies of the tokens gathered in expert order (index_select), and the combine:
+  each copy scaled by its routing weight and summed back into its token (index_add_). The
+  calculators: elementwise.permute_bytes at the HBM rate, twice that backward.
+- experts: gate and up as one GEMM of width 2*ffn, SiLU(gate) * up, down; as one grouped GEMM per
+  projection (`torch._grouped_mm`, torchtitan's kernel; Megatron's TE GroupedLinear is another
+  grouped kernel) and as a loop of per-expert matmuls (an eager stack without a grouped kernel).
+  The calculators: compute.gemm_time per local expert on compute.expert_tokens, the activation's
+  bytes at the HBM rate.
+The dispatch and combine all-to-alls are not here (they need several GPUs: the collectives suite).
+On a CPU the suite runs fp32 on small shapes, to check the suite, not to measure anything.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from calculators.specs.errors import ConfigError
+
+from . import host, predict
+from .gemm import DTYPES, time_fn, whole_numbers
+
+MOE_DTYPES = ("bf16", "fp32")
+PARTS = ("router", "permute", "experts", "experts_loop")
+
+
+def cases(models: str, eps: str, tokens: str, dtypes, iters: int = 10) -> tuple[list[dict], list[str]]:
+    """(the cases, a note for each (model, ep, tokens) left out because it does not divide)."""
+    for dt in dtypes:
+        if dt not in MOE_DTYPES:
+            raise ConfigError(f"dtype {dt!r} must be one of {', '.join(MOE_DTYPES)} (FP8 experts are not timed yet)")
+    out, skipped = [], []
+    for name in (m.strip() for m in models.split(",") if m.strip()):
+        spec = predict.moe_model(name)
+        if spec.moe is None:
+            raise ConfigError(f"model {name!r} has no experts; choose a mixture-of-experts preset")
+        e = spec.moe
+        for ep in whole_numbers(eps, "--eps", 1 << 16):
+            for t in whole_numbers(tokens, "--tokens", 1 << 20):
+                per_expert = ep * t * e.top_k / e.experts
+                if e.experts % ep or per_expert != int(per_expert):
+                    skipped.append(f"{name} ep {ep} tokens {t}: ep must divide the {e.experts} experts and "
+                                   f"ep x tokens x {e.top_k} must divide among them evenly")
+                    continue
+                out += [{"name": f"{name} ep{ep} T{t}", "model": name, "ep": ep, "tokens": t, "dtype": dt,
+                         "iters": iters} for dt in dtypes]
+    if not out:
+        raise ConfigError("no case left: " + "; ".join(skipped))
+    return out, skipped
+
+
+def _routing(tokens: int, k: int, experts: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Balanced routing: token t's j-th copy to expert (t*K + j) mod E; (the copies' token indices
+    in expert order, their routing weights)."""
+    slot = torch.arange(tokens * k, device=device)
+    order = torch.argsort(slot % experts, stable=True)
+    return order // k, torch.full((tokens * k,), 1.0 / k, device=device)
+
+
+def _swiglu(a: torch.Tensor) -> torch.Tensor:
+    gate, up = a.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _timed(fn, inputs, grad, iters, device) -> tuple[float, float]:
+    """(forward seconds, forward + backward seconds) of fn(*inputs)."""
+    def forward(_):
+        with torch.no_grad():
+            fn(*inputs)
+
+    def both(_):
+        torch.autograd.grad(fn(*inputs), inputs, grad)
+
+    return time_fn(forward, 1, iters, device), time_fn(both, 1, iters, device)
+
+
+def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]:
+    spec = predict.moe_model(case["model"])
+    e, h, dtype = spec.moe, spec.hidden, DTYPES[case["dtype"]]
+    if device.type == "cpu" and dtype != torch.float32:
+        raise ConfigError("on CPU run fp32 (--dtypes fp32): bf16 CPU kernels say nothing about GPUs")
+    T, ep, K, E, f = case["tokens"], case["ep"], e.top_k, e.experts, e.expert_ffn
+    local, n = E // ep, ep * T * K // E
+    iters = case.get("iters", 10)
+
+    def leaf(*shape, scale=1.0):
+        return (torch.randn(*shape, device=device, dtype=torch.float32) * scale).to(dtype).requires_grad_()
+
+    x, gate = leaf(T, h), leaf(E, h, scale=h ** -0.5)
+    # stored (out, in) per expert as nn.Linear and torchtitan's GroupedExperts keep them; the
+    # products read them transposed (column-major, as the grouped kernel takes its second operand)
+    w1, w2 = leaf(local, 2 * f, h, scale=h ** -0.5), leaf(local, h, f, scale=f ** -0.5)
+    xs = leaf(local * n, h)                                  # the copies this GPU receives, in expert order
+    src, weight = _routing(T, K, E, device)
+    weight = weight.to(dtype)
+    offs = torch.arange(1, local + 1, device=device, dtype=torch.int32) * n
+
+    def router(x_, gate_):
+        logits = x_ @ gate_.t()
+        probs, _ = torch.topk(logits.float().softmax(dim=-1), K, dim=-1)
+        return probs
+
+    def permute(x_):
+        copies = x_.index_select(0, src)
+        return torch.zeros_like(x_).index_add(0, src, copies * weight[:, None])
+
+    def grouped(xs_, w1_, w2_):
+        a = torch._grouped_mm(xs_, w1_.transpose(-2, -1), offs=offs)
+        return torch._grouped_mm(_swiglu(a), w2_.transpose(-2, -1), offs=offs)
+
+    def loop(xs_, w1_, w2_):
+        return torch.cat([_swiglu(xs_[i * n:(i + 1) * n] @ w1_[i].t()) @ w2_[i].t() for i in range(local)])
+
+    out = {}
+    out["router"] = _timed(router, (x, gate), torch.randn(T, K, device=device), iters, device)
+    out["permute"] = _timed(permute, (x,), torch.randn_like(x), iters, device)
+    grad = torch.randn_like(xs)
+    out["experts_loop"] = _timed(loop, (xs, w1, w2), grad, iters, device)
+    metrics = {"model": case["model"], "ep": ep, "tokens": T, "dtype": case["dtype"], "local_experts": local,
+               "tokens_per_expert": n, "hidden": h, "expert_ffn": f, "top_k": K, "grouped_error": ""}
+    try:
+        with torch.no_grad():
+            same = torch.allclose(grouped(xs, w1, w2).float(), loop(xs, w1, w2).float(), rtol=2e-2, atol=2e-2)
+        if not same:
+            raise RuntimeError("its output differs from the per-expert loop's")
+        out["experts"] = _timed(grouped, (xs, w1, w2), grad, iters, device)
+    except RuntimeError as exc:                 # no grouped kernel for this device or dtype
+        metrics["grouped_error"] = str(exc).splitlines()[0][:200]
+    expert_flops = 6.0 * local * n * h * f      # forward: 2*n*h*2f + 2*n*f*h per expert
+    for part, (fwd, both) in out.items():
+        metrics[f"{part}_forward_s"], metrics[f"{part}_s"] = fwd, both
+    for part in ("experts", "experts_loop"):
+        if part in out:
+            metrics[f"{part}_tflops"] = 3 * expert_flops / out[part][1] / 1e12
+    hw = host.hardware(device, g)
+    return metrics, predict.moe(case["model"], ep, T, case["dtype"], hw)
