@@ -117,8 +117,8 @@ class _Search:
         schedules = [base.schedule]
         if base.pp > 1:
             schedules = [next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule)]
-            if self.model.moe and "dualpipe" in sp["schedule"]:
-                schedules.append("dualpipe")
+        if self.model.moe and "dualpipe" in sp["schedule"]:     # without a pipeline too: its pairing
+            schedules.append("dualpipe")                        # still hides the all-to-alls
         times = []
         for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
             for schedule in dict.fromkeys(schedules):
@@ -195,7 +195,9 @@ class _Search:
         only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
         and a ZeRO stage where nothing fits ends the ZeRO loop."""
         sp = self.space
-        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]   # one stage: no schedule
+        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]   # one stage: no pipeline schedule,
+        if base.pp == 1 and self.model.moe and "dualpipe" in sp["schedule"]:  # but DualPipe's pairing of two
+            schedules = list(dict.fromkeys(schedules + ["dualpipe"]))      # micro-batches hides the all-to-alls
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
