@@ -134,6 +134,13 @@ def cmd_calibrate(ns) -> int:
     return calibrate(ns.results, ns.gpu, ns.out)
 
 
+def _timing_args(p, iters: int) -> None:
+    """The options every timing suite takes."""
+    p.add_argument("--iters", type=int, default=iters)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="suite", required=True)
@@ -165,9 +172,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("collectives", help="bus bandwidth vs message size per group placement")
     p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,p2p")
     p.add_argument("--sizes", default="1e6,1.6e7,2.56e8", help="message sizes in bytes")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out")
+    _timing_args(p, 10)
     p.set_defaults(fn=cmd_collectives)
     p = sub.add_parser("gemm", help="matmul TFLOP/s vs shape and dtype")
     p.add_argument("--shapes", default="8192x8192x8192,4096x4096x4096,16384x4096x4096,4096x1024x4096",
@@ -176,9 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="", help="also each fused projection of these presets, e.g. llama3-8b,llama3-70b")
     p.add_argument("--tps", default="1", help="with --models: TP sizes whose shards to time")
     p.add_argument("--tokens", type=int, default=8192, help="with --models: tokens (M) per GEMM")
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out")
+    _timing_args(p, 20)
     p.set_defaults(fn=cmd_gemm)
     p = sub.add_parser("attention", help="scaled_dot_product_attention forward/backward time per kernel (GPU)")
     p.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
@@ -186,19 +189,16 @@ def main(argv=None) -> int:
     p.add_argument("--gqa", default="1", help="query heads per kv head, e.g. 1,4,8")
     p.add_argument("--backends", default="flash,cudnn", help=f"of {', '.join(('flash', 'cudnn', 'efficient', 'math'))}")
     p.add_argument("--causal", default="true", help="true, false or true,false")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out")
+    _timing_args(p, 10)
     p.set_defaults(fn=cmd_attention)
     p = sub.add_parser("moe", help="one GPU's share of an MoE layer (router, permutation, experts)")
-    p.add_argument("--models", default="qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,mixtral-8x7b",
-                   help="mixture-of-experts presets")
-    p.add_argument("--eps", default="8,32", help="expert-parallel sizes (E/ep experts on this GPU)")
-    p.add_argument("--tokens", default="4096,16384", help="tokens on this GPU per micro-batch")
-    p.add_argument("--dtypes", default="bf16", help="bf16 (fp32 on a CPU)")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--out")
+    for flag, default, text in (("--models", "qwen3-30b-a3b,qwen3-235b-a22b,deepseek-v3,mixtral-8x7b",
+                                 "mixture-of-experts presets"),
+                                ("--eps", "8,32", "expert-parallel sizes (E/ep experts on this GPU)"),
+                                ("--tokens", "4096,16384", "tokens on this GPU per micro-batch"),
+                                ("--dtypes", "bf16", "bf16 (fp32 on a CPU)")):
+        p.add_argument(flag, default=default, help=text)
+    _timing_args(p, 10)
     p.set_defaults(fn=cmd_moe)
     p = sub.add_parser("memory", help="one rank of a large layout on one device (fake process group)")
     cfg.add_arguments(p)
