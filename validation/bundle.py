@@ -30,7 +30,7 @@ from calculators.specs.errors import ConfigError
 from calculators.time.flops import model_flops_per_token
 from calculators.scenario import evaluate
 from validation import published
-from validation.nanotron import DATA, SOURCE, load_runs
+from validation.nanotron import CLUSTER_PROFILE, DATA, SOURCE, load_runs
 
 OUT = results.BUNDLED / "nanotron_h100.jsonl"
 PUBLISHED_OUT = results.BUNDLED / "published.jsonl"
@@ -70,6 +70,7 @@ def rows() -> list[dict]:
         if run.outcome not in ("ok", "oom"):
             continue
         scenario = _scenario(run)
+        scenario["hardware"]["profile"] = CLUSTER_PROFILE     # its measured all-gather and reduce-scatter
         metrics = {}
         if run.outcome == "ok":
             tps = run.tokens_per_s_per_gpu

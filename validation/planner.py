@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from calculators.specs.errors import ConfigError
 from calculators.planning.planner import plan
 
-from .nanotron import load_runs
+from .nanotron import cluster_profile, load_runs
 from .time import scored
 
 TOP = 5
+CLUSTER_PROFILE = cluster_profile()      # its measured all-gather and reduce-scatter (validation.nanotron)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def check() -> PlannerCheck:
         space = {"zero": [0, 1], "schedule": ["1f1b"], "recompute": ["none"], "cp": [1], "framework": "nanotron",
                  "tp_across_nodes": True, "uneven_split": False, "mbs": sorted({r.par.mbs for r in runs})}
         try:
-            result = plan(runs[0].model, runs[0].cluster, seq, gbs, space, top=TOP)
+            result = plan(runs[0].model, runs[0].cluster, seq, gbs, space, top=TOP, profile=CLUSTER_PROFILE)
         except ConfigError:
             continue
         keys = [_key(p.par) for p in result.plans]

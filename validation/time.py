@@ -44,9 +44,8 @@ from calculators.time.comm import DEGRADED_FABRIC, bus_bandwidth, fabric_share, 
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
 from calculators.memory.estimate import estimate_memory
-from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step
-from validation.nanotron import SOURCE, load_runs
+from validation.nanotron import SOURCE, cluster_profile, load_runs
 
 SIZE = 256 * 2**20                 # the playbook's message size for these columns ("size=256MB")
 NODES = (1, 2, 4, 8, 16, 32, 64)
@@ -137,7 +136,7 @@ def busbw_check(runs) -> tuple[list, float]:
             if xs:
                 medians[(op, n)] = statistics.median(xs)
     fit_on = [(op, n, SIZE, bw) for (op, n), bw in medians.items() if op == "all_reduce"]
-    prof = fit_network(default_profile("H100-80GB"), CLUSTER, fit_on)
+    prof = fit_network(cluster_profile(), CLUSTER, fit_on)
     rows = [(op, n, bw, bus_bandwidth(op, SIZE, whole_cluster(CLUSTER, n), CLUSTER, prof), op == "all_reduce")
             for (op, n), bw in sorted(medians.items(), key=lambda x: (x[0][0], x[0][1]))]
     return rows, prof.fabric_gbps
@@ -148,7 +147,7 @@ def check() -> TimeCheck:
     """The whole comparison (cached: it reads one data file and predicts every run)."""
     runs = load_runs()
     rows, fabric = busbw_check(runs)
-    base = default_profile("H100-80GB")
+    base = cluster_profile()
     ok = [r for r in runs if r.outcome == "ok" and r.tokens_per_s_per_gpu]
     errors, cells, before_fix, fabric_of = [], defaultdict(list), [], {}
     for run in ok:

@@ -44,11 +44,12 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     back to 33%. Reading the recipes' expert TP (1, where Megatron's default is TP) made the last
     four Qwen3-235B-A22B rows expressible and brought the ModelZoo's long-context ones from -29..-5%
     to -6..+8%; three of the four are Megatron-Bridge's H100 runs with EP 32 across 4 nodes, which
-    the MoE model misses both ways (-38% and -37% with the all-to-all dispatcher, +102% with DeepEP,
-    measured within 6% of each other): p90 37%."""
+    the MoE model misses (+12% and +14% with the all-to-all dispatcher, +102% with DeepEP, measured
+    within 6% of each other; -38% and -37% for the first two while all-to-alls, all-gathers and
+    reduce-scatters crossed nodes at half the NIC's rate): p90 35%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
-    assert n >= 300 and median <= 0.06 and p90 <= 0.37 and abs(signed) <= 0.05
+    assert n >= 300 and median <= 0.06 and p90 <= 0.36 and abs(signed) <= 0.05
     assert median < min(mfu40, mfu50)
     for source, (n, median, _, _, mfu40, mfu50) in summary(rows, lambda s: s.run.source).items():
         if n >= 20 and source not in KNOWN_MISSES:
