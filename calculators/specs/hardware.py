@@ -74,7 +74,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
 
 # Presets by architecture where the attention kernels' measurements differ
 # (calculators/time/attention.py): Hopper's rows (FlashAttention-3, cuDNN) and Blackwell's (cuDNN).
-HOPPER = ("H100-80GB", "H200-141GB")
+# The H800 is an H100 but for its NVLink, so it runs Hopper's kernels.
+HOPPER = ("H100-80GB", "H200-141GB", "H800")
 BLACKWELL = ("B200", "GB200", "GB300")
 
 
