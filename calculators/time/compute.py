@@ -45,6 +45,8 @@ class LayerTime:
     recompute: float             # forward work run again in backward (in backward_input)
     column_gemms: tuple = (0.0, 0.0)   # forward time of the column-parallel GEMMs after each of the
                                        # layer's two TP all-gathers: attention's (q, k, v), the MLP's
+    mlp: tuple = (0.0, 0.0)      # (forward, backward) of the MLP or MoE block alone (router, experts,
+                                 # shared experts, activation, permutation), without recompute
 
     @property
     def total(self) -> float:
@@ -165,6 +167,8 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
                     if par.flash else _unfused_attention(model, par, gpu, profile))
     work = elementwise.layer_bytes(model, par, moe_layer, T)
     mem, mem_b = (memory_time(*work[way], gpu, profile) for way in ("forward", "backward"))
+    mlp_gemm = by_module["moe" if moe_layer else "mlp"]
+    share_f, share_b = work["mlp_share"]
     forward = gemm + attn + mem
     kind, every = recompute_policy(par.framework, par.recompute)
     recompute = _modules_recompute(model, par, moe_layer, T, by_module, attn, gpu, profile) if kind == "modules" \
@@ -172,7 +176,7 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
               "op_sac": unsaved + mem + (attn if sac_recomputes_attention(par.recompute) else 0.0)}.get(kind, 0.0)
     return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
                      backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
-                     column_gemms=cols)
+                     column_gemms=cols, mlp=(mlp_gemm + mem * share_f, 2 * mlp_gemm + mem_b * share_b))
 
 
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:

@@ -54,8 +54,10 @@ def permute_bytes(model: ModelSpec, tokens: float) -> float:
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: float) -> dict:
     """{"forward": (bytes, kernels), "backward": (bytes, kernels)} of one layer's element-wise
-    work for `tokens` tokens of a micro-batch on one GPU. MoE layers add the permutation of the
-    routed tokens to their experts and back (K copies of each token each way, twice backward)."""
+    work for `tokens` tokens of a micro-batch on one GPU, and "mlp_share": the (forward, backward)
+    fraction of those bytes that is the MLP's (its activation; an MoE layer's permutation). MoE
+    layers add the permutation of the routed tokens to their experts and back (K copies of each
+    token each way, twice backward)."""
     t = par.tp
     t_sp = tokens / t if par.sp else tokens
     table = EAGER[par.framework] if style(par) == "eager" else FUSED
@@ -66,13 +68,16 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     else:
         f_local, permute = model.ffn / t, 0.0
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
-    out = {}
+    out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
         mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local
+        mlp += permute if way == "forward" else 2 * permute
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
-        nbytes = ch * t_sp * model.hidden + attn + mlp + (permute if way == "forward" else 2 * permute)
+        nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
         out[way] = (nbytes + extra, kernels + (4 if permute else 0) + extra_kernels)
+        mlp_share[way] = mlp / (nbytes + extra)
+    out["mlp_share"] = (mlp_share["forward"], mlp_share["backward"])
     return out
 
 

@@ -21,8 +21,8 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
-  (comm.dispatch_time); DualPipe hides it behind the paired micro-batch's compute, as far as that
-  compute lasts.
+  (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
+  of the paired micro-batch's compute that Megatron's schedule runs beside it (paired_hidden).
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward (the last
   micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
@@ -121,14 +121,36 @@ def _layer_comm(model, par, cluster, profile, moe_layer, lt):
         a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
             dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
             else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
-        # DualPipe, and Megatron's overlap_moe_expert_parallel_comm in 1F1B, pair one micro-batch's
-        # forward with another's backward: each one's dispatch and combine run under the other's
-        # compute, so they hide as far as that compute lasts
-        paired = lt.total - lt.recompute                  # the layer's forward and backward
-        hidden = min(1.0, paired / (2 * a2a)) if par.schedule == "dualpipe" or par.ep_overlap \
-            else profile.overlap["ep"]
+        hidden = paired_hidden(lt, a2a) if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
     return out
+
+
+def paired_hidden(lt, a2a: float) -> float:
+    """The hidden fraction of an MoE layer's dispatch and combine when one micro-batch's forward
+    runs beside another's backward (Megatron's overlap_moe_expert_parallel_comm,
+    megatron/core/models/common/model_chunk_schedule_plan.py; DualPipe pairs its chunks alike).
+    Each all-to-all runs on the communication stream beside one piece of compute, as far as their
+    data allow:
+        comm: combine_bwd      | dispatch_fwd -> dispatch_bwd | combine_fwd
+        comp: attention_fwd    | mlp_bwd -> mlp_fwd           | attention_bwd
+    the backward's combine under the forward's attention (and router); the forward's dispatch
+    once that attention is done, under the MLP's backward; the backward's dispatch once the
+    MLP's input gradient is (half its backward); the MLP's forward once its tokens arrive; the
+    forward's combine once that MLP is done, under the backward's attention, which waits for the
+    backward's dispatch. An all-to-all longer than the compute beside it shows; `a2a` is the
+    forward's dispatch and combine (the backward's are as long)."""
+    one = a2a / 2
+    mf, mb = lt.mlp
+    af = max(0.0, lt.forward - mf)
+    ab = max(0.0, lt.backward_input + lt.backward_weight - lt.recompute - mb)
+    s2 = max(af, one)                       # attention forward, and the backward's combine, done
+    df_end = s2 + one                       # the forward's dispatch
+    db_end = max(df_end, s2 + mb / 2) + one  # the backward's dispatch, after the MLP's input gradient
+    mf_end = max(s2 + mb, df_end) + mf      # the MLP's forward, after its backward and its tokens
+    end = max(max(db_end, mf_end) + one, max(mf_end, db_end) + ab)
+    exposed = max(0.0, end - (af + ab + mf + mb))
+    return 1.0 - min(1.0, exposed / (4 * one)) if one > 0 else 1.0
 
 
 def _tp_hidden(par, comm: float, gemm: float, profile) -> float:

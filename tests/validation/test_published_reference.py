@@ -46,20 +46,20 @@ def test_later_moe_recipes_come_out_too_fast_by_the_moe_layers_own_cost():
     assert all(r.run.model.moe is not None and 0.1 <= r.error <= 0.4 for r in rows), [r.error for r in rows]
 
 
-def test_cross_node_expert_parallelism_needs_deepeps_dispatch():
-    """Qwen3-235B-A22B, EP 32 over 4 nodes of H100 (Megatron-Bridge, DeepEP): the plain all-to-all
-    would make it far slower than the per-node dispatch the recipe runs. The rows' own error is
-    reported, not asserted: once the experts' tokens follow sequence parallelism (each TP rank
-    routes its own shard) and the recipe's overlap of dispatch with another micro-batch is
-    modelled, these Bridge rows come out too fast, like the same tables' Qwen3-30B-A3B rows (the
-    README's MoE paragraph); they had come out within 15% only while an expert compute counted
-    twice and an overlap left out cancelled."""
+def test_cross_node_expert_parallelism_with_deepep_and_the_all_to_all():
+    """Qwen3-235B-A22B, EP 32 over 4 nodes of H100 (Megatron-Bridge, DeepEP): the model puts the
+    plain all-to-all (a copy per expert, 6 of a token's 8 across the network) well behind DeepEP's
+    per-node dispatch (2.7). Megatron-Bridge measured the two within 6% of each other (26.04's
+    all-to-all rows are in validation.stacks, +12 to +14%), so these DeepEP rows come out about
+    twice too fast: a known miss, like the same tables' Qwen3-30B-A3B rows (the README's MoE
+    paragraph); they had come out within 15% only while an expert compute counted twice and an
+    overlap left out cancelled."""
     rows = [r for r in check() if r.run.source == "megatron-bridge" and r.run.model.name == "qwen3-235b-a22b"
             and r.run.system == "DGX-H100"]
     assert len(rows) == 2 and all(r.run.par.dispatcher == "deepep" and r.run.par.ep_overlap for r in rows)
     for r in rows:
         a2a = predict(replace(r.run, par=replace(r.run.par, dispatcher="alltoall")))
-        assert a2a.predicted < 0.6 * r.predicted
+        assert a2a.predicted < 0.7 * r.predicted and r.error > 0.5
 
 
 def test_flops_per_token_match_the_frameworks_own_count():
