@@ -126,10 +126,11 @@ def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]
     metrics = {"model": case["model"], "ep": ep, "tokens": T, "dtype": case["dtype"], "local_experts": local,
                "tokens_per_expert": n, "hidden": h, "expert_ffn": f, "top_k": K, "grouped_error": ""}
     try:
-        with torch.no_grad():
-            same = torch.allclose(grouped(xs, w1, w2).float(), loop(xs, w1, w2).float(), rtol=2e-2, atol=2e-2)
-        if not same:
-            raise RuntimeError("its output differs from the per-expert loop's")
+        with torch.no_grad():          # the two kernels round differently: compare the whole output
+            ours, ref = grouped(xs, w1, w2).float(), loop(xs, w1, w2).float()
+            off = ((ours - ref).norm() / ref.norm()).item()
+        if not off < 1e-2:
+            raise RuntimeError(f"its output differs from the per-expert loop's by {off:.2g} (relative norm)")
         out["experts"] = _timed(grouped, (xs, w1, w2), grad, iters, device)
     except RuntimeError as exc:                 # no grouped kernel for this device or dtype
         metrics["grouped_error"] = str(exc).splitlines()[0][:200]

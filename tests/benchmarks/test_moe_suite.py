@@ -67,3 +67,18 @@ def test_the_cli_writes_valid_rows(tmp_path, capsys):
     assert row_problem(row) == "" and row["suite"] == "moe" and row["status"] == "ok"
     assert "experts" in capsys.readouterr().out
     assert main(["moe", "--models", "tiny-moe", "--eps", "3", "--tokens", "8", "--device", "cpu"]) == 2
+
+
+def test_a_grouped_kernel_that_is_missing_or_wrong_is_reported_not_timed(monkeypatch):
+    g = host.grid()
+    case = cases("tiny-moe", "2", "8", ["fp32"], iters=1)[0][0]
+    monkeypatch.setattr(torch, "_grouped_mm", lambda a, b, offs: torch.zeros(a.shape[0], b.shape[-1]))
+    metrics, _ = measure(case, g, torch.device("cpu"))
+    assert "differs from the per-expert loop's" in metrics["grouped_error"]
+    assert "experts_s" not in metrics and metrics["experts_loop_s"] > 0
+
+    def missing(*args, **kwargs):
+        raise RuntimeError("grouped_mm is not supported on this device\nmore")
+    monkeypatch.setattr(torch, "_grouped_mm", missing)
+    metrics, _ = measure(case, g, torch.device("cpu"))
+    assert metrics["grouped_error"] == "grouped_mm is not supported on this device"
