@@ -159,6 +159,8 @@ def _repredict(row: dict) -> dict:
         row["prediction"] = predict.gemm(m["m"], m["n"], m["k"], m["dtype"], {"gpu": "H100-80GB"})
     elif row["suite"] == "attention" and row["status"] == "ok":
         row["prediction"] = predict.attention(m, "H100-80GB")
+    elif row["suite"] == "moe" and row["status"] == "ok":      # (add "moe" to HARNESS_FILES with its rows)
+        row["prediction"] = predict.moe(m["model"], m["ep"], m["tokens"], m["dtype"], {"gpu": "H100-80GB"})
     row["config"] = cfg
     row["source"] = HARNESS_SOURCE
     return row

@@ -82,3 +82,13 @@ def test_a_grouped_kernel_that_is_missing_or_wrong_is_reported_not_timed(monkeyp
     monkeypatch.setattr(torch, "_grouped_mm", missing)
     metrics, _ = measure(case, g, torch.device("cpu"))
     assert metrics["grouped_error"] == "grouped_mm is not supported on this device"
+
+
+def test_a_recorded_row_is_predicted_again_by_the_current_calculators(tmp_path):
+    """validation.bundle re-predicts the harness's rows; a moe row gets predict.moe on the H100."""
+    from validation.bundle import _repredict
+    out = tmp_path / "moe.jsonl"
+    assert main(["moe", "--models", "tiny-moe", "--eps", "2", "--tokens", "8", "--dtypes", "fp32",
+                 "--device", "cpu", "--iters", "1", "--out", str(out)]) == 0
+    row = _repredict(json.loads(out.read_text()))
+    assert row["prediction"] == predict.moe("tiny-moe", 2, 8, "fp32", {"gpu": "H100-80GB"})
