@@ -43,7 +43,7 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     check those kernels (cudnn-frontend's, SDPA backends forced) land within 25% and bring p90
     back to 33%. Reading the recipes' expert TP (1, where Megatron's default is TP) made the last
     four Qwen3-235B-A22B rows expressible and brought the ModelZoo's long-context ones from -29..-5%
-    to -6..+8%; three of the four are Megatron-Bridge's H100 runs with EP 32 across 4 nodes, which
+    to -5..+8%; three of the four are Megatron-Bridge's H100 runs with EP 32 across 4 nodes, which
     the MoE model misses (+12% and +14% with the all-to-all dispatcher, +102% with DeepEP, measured
     within 6% of each other; -38% and -37% for the first two while all-to-alls, all-gathers and
     reduce-scatters crossed nodes at half the NIC's rate): p90 35%."""
