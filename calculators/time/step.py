@@ -11,18 +11,7 @@ frameworks.host_scale where a framework's host is measured slower); the GPU's wa
 its own entry in the breakdown ("host_bound").
 
 Communication kinds and what hides them (profile.overlap gives the hidden fraction):
-- TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
-  and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
-  pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
-  as the GEMMs last). Without it, Megatron's and nanotron's column-parallel linears all-gather
-  their saved input shard again in backward beside the input-gradient GEMM and reduce-scatter that
-  gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped): two more
-  all-gathers per layer, each collective hidden as far as its GEMM lasts.
-- CP (ring attention): each rank sends its K and V around the ring while attention computes.
-- EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
-  (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
-  (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
-  of the paired micro-batch's compute that Megatron's schedule runs beside it (paired_hidden).
+- TP, CP, EP: per layer, layercomm.py (what each sends and what hides it).
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward (the last
   micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
@@ -43,11 +32,12 @@ from functools import lru_cache
 
 from . import flops as fl
 from ..memory.activations import BF16, tokens
-from .comm import collective_time, dispatch_time, expert_group, group
+from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
+from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
-                                layout_attention, p2p_overlapped, shard_copy_bytes, tp_backward_overlapped)
+                                layout_attention, p2p_overlapped, shard_copy_bytes)
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
 from ..specs.models import ModelSpec
@@ -56,7 +46,7 @@ from ..pipeline.simulate import Timeline, simulate_long
 from ..pipeline.schedules import n_stages, stage_owner, stages_of_rank
 from .attention import kernel_note
 from .profiles import HardwareProfile, default_profile
-from ..specs.recompute import modules, policy as recompute_policy, reissue
+from ..specs.recompute import reissue
 
 @dataclass(frozen=True)
 class StepEstimate:
@@ -75,94 +65,6 @@ class StepEstimate:
                 "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline, "attention": self.attention,
                 "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
-
-
-def _layer_comm(model, par, cluster, profile, moe_layer, lt):
-    """Per micro-batch, per layer: {kind: (forward seconds, backward seconds, hidden fraction of
-    the forward's, hidden fraction of the backward's)}."""
-    T = tokens(par)
-    act = BF16 * T * model.hidden
-    attn_time, gemm_time = lt.attention, lt.gemm
-    kind, every = recompute_policy(par.framework, par.recompute)
-    # a full recompute runs the layer's forward collectives again before its backward (1/N of the
-    # layers with layer:N); Megatron's moe module its dispatch and combine; op_sac keeps their outputs
-    again = 1.0 / every if kind == "full" else 0.0
-    again_ep = 1.0 if "moe" in modules(par.recompute) else again
-    out = {}
-    if par.tp > 1:
-        g = group("tp", par, cluster)
-        if par.sp:
-            ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
-        one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
-        hidden = _tp_hidden(par, 2 * one, gemm_time, profile)
-        out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)
-        if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
-            # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
-            # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,
-            # then reduce-scatters that gradient beside its weight-gradient GEMM (each as long as
-            # the group's forward GEMM)
-            bwd = 4 * ag + 2 * rs
-            hid = sum(min(ag, c) + min(rs, c) for c in lt.column_gemms) + again * hidden * 2 * one
-            bwd += again * 2 * one
-            out["tp"] = (2 * one, bwd, hidden, max(hidden, hid / bwd))
-    if par.cp > 1:
-        kv = BF16 * T * 2 * model.kv_dim / par.tp
-        g = group("cp", par, cluster)
-        # Megatron/Transformer Engine pass each rank's K and V around the ring, cp - 1 sends per
-        # layer, each under the attention of the chunk already there (cp_comm_type p2p); torch's
-        # context parallelism (torchtitan) all-gathers them (its default rotate method)
-        fwd = (par.cp - 1) * collective_time("p2p", kv, g, cluster, profile) if par.framework == "megatron" else \
-            collective_time("all_gather", kv * par.cp, g, cluster, profile)
-        hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
-        out["cp"] = (fwd, (2 + again) * fwd, hidden, hidden)
-    if moe_layer and par.ep > 1:
-        g = expert_group("ep", par, cluster)
-        mine, moe = act / (par.tp if par.sp else 1), model.moe
-        a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
-            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
-            else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
-        hidden = paired_hidden(lt, a2a) if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
-        out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
-    return out
-
-
-def paired_hidden(lt, a2a: float) -> float:
-    """The hidden fraction of an MoE layer's dispatch and combine when one micro-batch's forward
-    runs beside another's backward (Megatron's overlap_moe_expert_parallel_comm,
-    megatron/core/models/common/model_chunk_schedule_plan.py; DualPipe pairs its chunks alike).
-    Each all-to-all runs on the communication stream beside one piece of compute, as far as their
-    data allow:
-        comm: combine_bwd      | dispatch_fwd -> dispatch_bwd | combine_fwd
-        comp: attention_fwd    | mlp_bwd -> mlp_fwd           | attention_bwd
-    the backward's combine under the forward's attention (and router); the forward's dispatch
-    once that attention is done, under the MLP's backward; the backward's dispatch once the
-    MLP's input gradient is (half its backward); the MLP's forward once its tokens arrive; the
-    forward's combine once that MLP is done, under the backward's attention, which waits for the
-    backward's dispatch. An all-to-all longer than the compute beside it shows; `a2a` is the
-    forward's dispatch and combine (the backward's are as long)."""
-    one = a2a / 2
-    mf, mb = lt.mlp
-    af = max(0.0, lt.forward - mf)
-    ab = max(0.0, lt.backward_input + lt.backward_weight - lt.recompute - mb)
-    s2 = max(af, one)                       # attention forward, and the backward's combine, done
-    df_end = s2 + one                       # the forward's dispatch
-    db_end = max(df_end, s2 + mb / 2) + one  # the backward's dispatch, after the MLP's input gradient
-    mf_end = max(s2 + mb, df_end) + mf      # the MLP's forward, after its backward and its tokens
-    end = max(max(db_end, mf_end) + one, max(mf_end, db_end) + ab)
-    exposed = max(0.0, end - (af + ab + mf + mb))
-    return 1.0 - min(1.0, exposed / (4 * one)) if one > 0 else 1.0
-
-
-def _tp_hidden(par, comm: float, gemm: float, profile) -> float:
-    """Hidden fraction of a layer's TP collectives. Pipelined with their GEMMs (tp_overlap:
-    Transformer Engine splits each all-gather/reduce-scatter into tp ring steps, each running
-    under the GEMM on the chunk already there), one step in tp stays exposed and the rest hides
-    only as far as the layer's GEMMs last (the forward's, the shorter; backward runs two).
-    Without it, the profile's overlap["tp"] (0: the collective waits for its GEMM)."""
-    if not par.tp_overlap or comm <= 0:
-        return profile.overlap["tp"]
-    exposed = max(comm / par.tp, comm - gemm)
-    return max(profile.overlap["tp"], 1 - exposed / comm)
 
 
 def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: float = 0.0, scale: float = 1.0):
@@ -206,7 +108,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for mode, mp in par.by_recompute().items():
         for moe in model.layer_kinds:
             lt = layer_time(model, mp, moe, gpu, profile)
-            comm = _layer_comm(model, mp, cluster, profile, moe, lt)
+            comm = layer_comm(model, mp, cluster, profile, moe, lt)
             exp_f = sum(f * (1 - hf) for f, _, hf, _ in comm.values())
             exp_b = sum(b * (1 - hb) for _, b, _, hb in comm.values())
             params, tensors = sum(kind_params(model, par, moe)), sum(layer_tensors(model, par, moe))

@@ -191,7 +191,7 @@ def test_tp_overlap_hides_all_but_one_ring_step():
     tp ring steps: at most (tp-1)/tp of the TP traffic hides, and never more than the layer's
     GEMMs last; it needs sequence parallelism. Off, in a framework that overlaps nothing
     (torchtitan's DTensor TP), nothing hides (overlap["tp"] = 0)."""
-    from calculators.time.step import _tp_hidden
+    from calculators.time.layercomm import tp_hidden as _tp_hidden
     base = dict(tp=8, sp=True, mbs=2, gbs=64)
     off, on = _step(**base, framework="fsdp2"), _step(**base, tp_overlap=True)
     assert off.breakdown.get("tp_hidden", 0) == 0 and on.breakdown["tp_hidden"] > 0
@@ -216,7 +216,7 @@ def test_column_parallel_backward_gathers_again_and_hides_behind_its_gemms():
     cost more than their GEMMs can hide."""
     from calculators.memory.activations import tokens
     from calculators.time.comm import collective_time, group
-    from calculators.time.step import _layer_comm
+    from calculators.time.layercomm import layer_comm as _layer_comm
     for nodes, tp in ((1, 8), (2, 16)):
         cluster = ClusterSpec(H100, nodes=nodes)
         par = ParallelConfig(tp=tp, sp=True, mbs=2, gbs=64, seq=4096, dp=8 * nodes // tp)
@@ -324,7 +324,7 @@ def test_the_planners_closed_score_is_the_estimates_and_shares_costs_across_zero
 def test_dualpipe_hides_expert_traffic_only_as_far_as_the_paired_compute_lasts():
     """Qwen3-30B-A3B with EP 32 over 4 nodes: the all-to-all moves more than a layer computes,
     so under DualPipe most of it stays exposed; DeepEP's lighter traffic hides but for what
-    outlasts the compute each all-to-all is paired with (step.paired_hidden)."""
+    outlasts the compute each all-to-all is paired with (layercomm.paired_hidden)."""
     qwen = model_from_name("qwen3-30b-a3b")
     cluster = ClusterSpec(H100, nodes=8)
     par = ParallelConfig(dp=32, pp=2, ep=32, gbs=512, seq=4096, schedule="dualpipe")
@@ -406,10 +406,10 @@ def test_megatron_syncs_each_interleaved_chunk_after_its_last_backward():
 
 
 def test_paired_all_to_alls_hide_behind_the_compute_megatron_puts_beside_each():
-    """step.paired_hidden: with every piece of compute at least as long as one all-to-all, all of
+    """layercomm.paired_hidden: with every piece of compute at least as long as one all-to-all, all of
     it hides; with no compute, none; an all-to-all twice its neighbour shows the difference."""
     from calculators.time.compute import LayerTime
-    from calculators.time.step import paired_hidden
+    from calculators.time.layercomm import paired_hidden
 
     def layer(attention_f, mlp_f):        # backward twice the forward, for attention and MLP alike
         return LayerTime(forward=attention_f + mlp_f, backward_input=attention_f + mlp_f,
