@@ -109,6 +109,12 @@ class _Search:
         busy = rank_busy(par.schedule, par.pp, par.vpp if par.schedule == "interleaved" else 1, costs)
         return par.microbatches * max(busy) + pipeline_tail(self.model, self.cluster, par, self.profile, costs)[0]
 
+    def pairing(self) -> list:
+        """DualPipe, where the space allows it for an MoE model: with a pipeline or without one
+        (one stage has no pipeline schedule, but pairing two micro-batches still hides an MoE
+        layer's all-to-alls)."""
+        return ["dualpipe"] if self.model.moe and "dualpipe" in self.space["schedule"] else []
+
     def optimistic(self, base) -> float:
         """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
         stage, the schedule with the smallest bubble (and DualPipe, whose paired forward and
@@ -117,8 +123,7 @@ class _Search:
         schedules = [base.schedule]
         if base.pp > 1:
             schedules = [next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule)]
-        if self.model.moe and "dualpipe" in sp["schedule"]:     # without a pipeline too: its pairing
-            schedules.append("dualpipe")                        # still hides the all-to-alls
+        schedules += self.pairing()
         times = []
         for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
             for schedule in dict.fromkeys(schedules):
@@ -195,9 +200,7 @@ class _Search:
         only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
         and a ZeRO stage where nothing fits ends the ZeRO loop."""
         sp = self.space
-        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]   # one stage: no pipeline schedule,
-        if base.pp == 1 and self.model.moe and "dualpipe" in sp["schedule"]:  # but DualPipe's pairing of two
-            schedules = list(dict.fromkeys(schedules + ["dualpipe"]))      # micro-batches hides the all-to-alls
+        schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing()))
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
