@@ -134,9 +134,20 @@ def cmd_calibrate(ns) -> int:
     return calibrate(ns.results, ns.gpu, ns.out)
 
 
+def _iters(text: str) -> int:
+    """--iters: a whole number of timed repeats, 1 to 10,000."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 10_000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 10,000 (got {text[:40]!r})")
+    return n
+
+
 def _timing_args(p, iters: int) -> None:
     """The options every timing suite takes."""
-    p.add_argument("--iters", type=int, default=iters)
+    p.add_argument("--iters", type=_iters, default=iters)
     p.add_argument("--device", default="auto")
     p.add_argument("--out")
 

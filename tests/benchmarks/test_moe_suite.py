@@ -92,3 +92,10 @@ def test_a_recorded_row_is_predicted_again_by_the_current_calculators(tmp_path):
                  "--device", "cpu", "--iters", "1", "--out", str(out)]) == 0
     row = _repredict(json.loads(out.read_text()))
     assert row["prediction"] == predict.moe("tiny-moe", 2, 8, "fp32", {"gpu": "H100-80GB"})
+
+
+@pytest.mark.parametrize("iters", ["-3", "0", "1e9", "abc"])
+def test_timing_suites_refuse_a_repeat_count_that_is_not_a_small_whole_number(iters, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["moe", "--iters", iters, "--device", "cpu"])
+    assert exit_.value.code == 2 and "--iters: must be a whole number from 1 to 10,000" in capsys.readouterr().err
