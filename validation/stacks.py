@@ -1,6 +1,8 @@
 """Predicted vs published on stacks the time model was not developed on: PyTorch-native FSDP
 (torchtitan, PyTorch's FSDP runs), NVIDIA's benchmark suites beyond published_runs.csv, long
-context, mixture of experts, FP8; tokens/s/GPU and peak memory, nothing fitted to them.
+context, mixture of experts, FP8; tokens/s/GPU and peak memory. One knob is fitted to twelve of
+them, Megatron's per-expert host time in FP8 (calculators/time/host.py, on its Qwen3-30B-A3B runs;
+the other MoE runs check it); nothing else is.
 
     python -m validation.stacks
 
@@ -130,6 +132,12 @@ def _ep_overlap(settings: str) -> bool:
     return re.search(r"a2a_overlap\s*=\s*(1|true)\b", settings, re.I) is not None
 
 
+def _experts(settings: str) -> str:
+    """"fused" where a row's experts run one grouped kernel for all (Megatron's
+    cutedsl_fused_grouped_mlp), else "" (the framework's, frameworks.expert_kernel)."""
+    return "fused" if re.search(r"cutedsl_fused_grouped_mlp\s*=\s*(1|true)\b", settings, re.I) else ""
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -155,7 +163,8 @@ def _run(line: int, row: dict) -> Run:
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
-                         loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]))
+                         loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
+                         experts=_experts(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

@@ -88,6 +88,11 @@ def _megatron(model, cluster, par, _ref):
         a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
         a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] \
             if par.dispatcher == "deepep" else ["--moe-token-dispatcher-type alltoall"]
+    if model.moe and par.experts == "fused":
+        notes.append("experts=fused is Megatron's grouped MLP through Transformer Engine's op fuser "
+                     "(TransformerConfig.use_transformer_engine_op_fuser; Megatron-Bridge's "
+                     "cutedsl_fused_grouped_mlp): set it in the model config, there is no flag here; "
+                     "without it expect the step with experts=loop")
     stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
     if par.split and _is_megatron_split(model, par.split):
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]

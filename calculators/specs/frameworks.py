@@ -177,6 +177,22 @@ def loss_kernel(par) -> str:
     return "compiled" if par.framework == "fsdp2" and par.compile else "eager"
 
 
+def expert_kernel(par) -> str:
+    """How a framework runs one GPU's local experts (`parallel.experts` overrides it):
+
+    - megatron: "loop". TEGroupedMLP's Transformer Engine GroupedLinear takes the tokens per expert
+      as a Python list (`m_splits.tolist()`, a device-to-host sync) and loops over its experts in
+      Python and C++: one GEMM launch per expert and, in FP8, each expert's weight and input
+      quantized for itself (transformer_engine/pytorch/module/grouped_linear.py);
+    - fsdp2 (torchtitan), deepspeed, nanotron: "fused", one grouped kernel over all local experts
+      (torchtitan's torch._grouped_mm).
+    Megatron's cuteDSL fused grouped MLP (cutedsl_fused_grouped_mlp) and TE's grouped-tensor path
+    are "fused"."""
+    if par.experts:
+        return par.experts
+    return "loop" if par.framework == "megatron" else "fused"
+
+
 def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, int]]:
     """HBM bytes per logit, and kernels, of the loss's element-wise passes over the bf16 logits
     (kernel: loss_kernel's): ((forward bytes, kernels), (backward bytes, kernels)).

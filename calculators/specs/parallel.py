@@ -19,6 +19,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, 
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (frameworks.loss_kernel)
+EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (frameworks.expert_kernel)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -57,6 +58,9 @@ class ParallelConfig:
     attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (frameworks.attention_kernel)
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
     loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (frameworks.loss_kernel)
+    experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
+                                 # GroupedLinear) | fused (one kernel for all); "": the framework's
+                                 # (frameworks.expert_kernel)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -70,7 +74,7 @@ class ParallelConfig:
         p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
-                                  "loss": LOSS_KERNELS})
+                                  "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "

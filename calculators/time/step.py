@@ -8,7 +8,9 @@
 Each layer's forward and backward take at least the host's time to issue them
 (profile.host_ms_per_layer: eager frameworks' Python, autograd and launches; times
 frameworks.host_scale where a framework's host is measured slower); the GPU's wait for the host is
-its own entry in the breakdown ("host_bound").
+its own entry in the breakdown ("host_bound"). An MoE layer whose experts run one by one in FP8 adds
+host time per local expert on top, after a host sync has emptied the queue (host.py); it is
+counted there too.
 
 Communication kinds and what hides them (profile.overlap gives the hidden fraction):
 - TP, CP, EP: per layer, layercomm.py (what each sends and what hides it).
@@ -35,6 +37,7 @@ from ..memory.activations import BF16, tokens
 from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
+from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
                                 layout_attention, p2p_overlapped, shard_copy_bytes)
@@ -65,19 +68,6 @@ class StepEstimate:
                 "breakdown_s": dict(self.breakdown), "pipeline": self.pipeline, "attention": self.attention,
                 "convention": "MFU/HFU: model (with recompute for HFU) FLOPs per token, causal attention "
                               "counted as half the square, over the dense bf16 peak; seconds per step"}
-
-
-def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: float = 0.0, scale: float = 1.0):
-    """A layer's (F, B, W) per micro-batch with the host's issue time as their floor, and the time
-    the GPU waits for the host. The host issues a third of profile.host_ms_per_layer (times the
-    framework's `scale`, frameworks.host_scale) in the forward and two thirds in the backward (I
-    and W share it by their GPU time); recompute issues `refwd` of the forward again inside the
-    backward (recompute.reissue: 1 for a full recompute)."""
-    host = profile.host_ms_per_layer * scale * 1e-3
-    hf, hb = host / 3, 2 * host / 3 + host / 3 * refwd
-    f2 = max(f, hf)
-    stretch = max(b + w, hb) / (b + w) if b + w > 0 else 1.0
-    return (f2, b * stretch, w * stretch), (f2 - f) + (b + w) * (stretch - 1)
 
 
 @dataclass(frozen=True)
@@ -115,9 +105,11 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             acc = acc_bytes and memory_time(acc_bytes * params, tensors, gpu, profile)
             # sharded data parallelism's copies around its gathers and reduce-scatters
             copy_f, copy_b = (c and memory_time(c * params, tensors, gpu, profile) for c in copies)
-            kinds[(moe, mode)], waits = host_bound(lt.forward + exp_f + copy_f, lt.backward_input + exp_b,
-                                                   lt.backward_weight + acc + copy_b, profile,
-                                                   reissue(par.framework, mode), scale)
+            refwd = reissue(par.framework, mode)
+            (f1, b1, w1), waits = host_bound(lt.forward + exp_f + copy_f, lt.backward_input + exp_b,
+                                             lt.backward_weight + acc + copy_b, profile, refwd, scale)
+            xf, xb = expert_loop_host(model, mp, moe, refwd)
+            kinds[(moe, mode)], waits = (f1 + xf, b1 + xb, w1), waits + xf + xb
             parts[(moe, mode)] = (lt, comm, waits)
     S = n_stages(par.schedule, p, v)
     f, b, w = [0.0] * S, [0.0] * S, [0.0] * S

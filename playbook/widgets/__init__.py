@@ -73,6 +73,8 @@ SCENARIO = {
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
     "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v, label="MoE dispatcher (deepep: a copy per node)"),
                    "alltoall"),
+    "experts": (lambda v: gr.Radio([("framework's", ""), ("loop (one launch per expert)", "loop"),
+                                    ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
 }
 
 

@@ -13,7 +13,7 @@ from playbook.values import scenario_from
 from . import Widget, scenario_controls, which_model, wire
 
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
-        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher")
+        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher", "experts")
 
 
 def compute(v: dict):

@@ -387,6 +387,31 @@ def test_routing_imbalance_and_megatrons_expert_parallel_overlap():
     assert overlapped.time_s < base.time_s
 
 
+def test_megatrons_per_expert_loop_costs_host_time_in_fp8_only():
+    """Transformer Engine's GroupedLinear waits for the tokens per expert on the host, then walks
+    the local experts one by one (host.expert_loop_host): in FP8 each of the E/ep local experts adds
+    EXPERT_LOOP_FP8_MS per MoE layer and micro-batch, a third in the forward, shown as host time.
+    Fused experts (one kernel for all: torchtitan's, Megatron's cuteDSL grouped MLP), BF16 and
+    dense layers pay none; a full recompute issues the forward's share again."""
+    from calculators.time.host import EXPERT_LOOP_FP8_MS, expert_loop_host
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(H100, nodes=1)
+    par = ParallelConfig(dp=8, ep=8, gbs=64, seq=4096, precision="fp8", dispatcher="deepep")
+    per_layer = EXPERT_LOOP_FP8_MS * 1e-3 * 128 / 8
+    assert expert_loop_host(qwen, par, True) == pytest.approx((per_layer / 3, 2 * per_layer / 3))
+    assert expert_loop_host(qwen, replace(par, ep=4), True)[0] == pytest.approx(2 * per_layer / 3)
+    assert expert_loop_host(qwen, par, True, refwd=1.0)[1] == pytest.approx(per_layer)
+    for other in (replace(par, experts="fused"), replace(par, precision="bf16"), replace(par, framework="fsdp2")):
+        assert expert_loop_host(qwen, other, True) == (0.0, 0.0)
+    assert expert_loop_host(qwen, par, False) == (0.0, 0.0) == expert_loop_host(L8B, par, True)
+    looped, fused = (estimate_step(qwen, cluster, p, PROF) for p in (par, replace(par, experts="fused")))
+    added = qwen.moe_layers * par.microbatches * per_layer
+    assert looped.time_s - fused.time_s == pytest.approx(added, rel=0.05)
+    assert looped.breakdown["host_bound"] - fused.breakdown["host_bound"] == pytest.approx(added, rel=1e-6)
+    with pytest.raises(ConfigError, match="experts"):
+        ParallelConfig(experts="grouped")
+
+
 def test_megatron_syncs_each_interleaved_chunk_after_its_last_backward():
     """Megatron's interleaved schedule starts a model chunk's gradient sync when that chunk's last
     micro-batch backward ends (grad_sync_func per chunk), so all but the last chunk's sync hides

@@ -2,10 +2,10 @@
 
 Nothing is fitted to these runs: they check that the model, developed on nanotron's, carries to
 Megatron-Core on DGX H100 and B200 with FP8, interleaved pipelines (Megatron's uneven split
-included) and context parallelism. The dense runs meet the time-model issue's 15% / 35%, and so
-do Megatron-LM's 2026 Qwen3-30B-A3B recipes and, with DeepEP's per-node dispatch, the Bridge's
-Qwen3-235B-A22B on 256 H100. The other MoE rows do not (the Bridge's Qwen3-30B-A3B ran at half
-the recipes' throughput on the same GPUs; README), so those are reported, not asserted on.
+included) and context parallelism. The dense runs meet the time-model issue's 15% / 35%, and Megatron-LM's 2026
+Qwen3-30B-A3B recipes come within 20%. The Bridge's MoE rows on B200 come within -10 to +35%; its
+H100 rows with DeepEP do not (its Qwen3-30B-A3B ran at half the recipes' throughput on the same
+GPUs; README), so those are reported, not asserted on.
 """
 from dataclasses import replace
 import subprocess
@@ -34,24 +34,25 @@ def test_dense_runs_of_another_framework_meet_the_targets():
     assert len(l405) == 3 and all(r.run.par.split and abs(r.error) <= 0.15 for r in l405)
 
 
-def test_later_moe_recipes_come_out_too_fast_by_the_moe_layers_own_cost():
-    """Qwen3-30B-A3B, 128 experts of 768, top 8, EP 8 on 32 H100 (4 nodes). These were within 20%
-    while all-gather and reduce-scatter crossed nodes at half the NIC's rate; at the rate NCCL
-    reaches on InfiniBand (profiles.py) the gradient sync drops from 0.55 to 0.25 s a step and the
-    rows come out 20% (BF16) and 35% (FP8) too fast, like Megatron-Bridge's Qwen3-30B-A3B rows on
-    one or two nodes, where no gradient sync crosses the network (validation.stacks): the MoE
-    layer's own cost is under-counted (the moe suite times its parts on a GPU)."""
-    rows = [r for r in check() if r.run.source == "megatron-lm"]
-    assert {r.run.par.precision for r in rows} == {"bf16", "fp8"}
-    assert all(r.run.model.moe is not None and 0.1 <= r.error <= 0.4 for r in rows), [r.error for r in rows]
+def test_later_moe_recipes_within_20_percent_with_the_expert_loops_host_time():
+    """Qwen3-30B-A3B, 128 experts of 768, top 8, EP 8 on 32 H100 (4 nodes), 16 local experts. Both
+    came out too fast (+20% BF16, +35% FP8) once all-gather and reduce-scatter crossed nodes at the
+    rate NCCL reaches on InfiniBand (profiles.py). The FP8 one runs each local expert's
+    quantization and GEMM from a Python loop after a host sync (host.EXPERT_LOOP_FP8_MS, fitted on
+    Megatron-Bridge's Qwen3-30B-A3B runs in validation.stacks, not on these): -13% with it. BF16
+    has no per-expert quantization and pays none; it stays +20%."""
+    rows = {r.run.par.precision: r for r in check() if r.run.source == "megatron-lm"}
+    assert set(rows) == {"bf16", "fp8"} and all(r.run.model.moe is not None for r in rows.values())
+    assert 0.1 <= rows["bf16"].error <= 0.21 and -0.2 <= rows["fp8"].error <= -0.05, \
+        {k: r.error for k, r in rows.items()}
 
 
 def test_cross_node_expert_parallelism_with_deepep_and_the_all_to_all():
     """Qwen3-235B-A22B, EP 32 over 4 nodes of H100 (Megatron-Bridge, DeepEP): the model puts the
     plain all-to-all (a copy per expert, 6 of a token's 8 across the network) well behind DeepEP's
     per-node dispatch (2.7). Megatron-Bridge measured the two within 6% of each other (26.04's
-    all-to-all rows are in validation.stacks, +12 to +14%), so these DeepEP rows come out about
-    twice too fast: a known miss, like the same tables' Qwen3-30B-A3B rows (the README's MoE
+    all-to-all rows are in validation.stacks, +5 to +6%), so these DeepEP rows come out 1.7 times
+    too fast: a known miss, like the same tables' Qwen3-30B-A3B rows (the README's MoE
     paragraph); they had come out within 15% only while an expert compute counted twice and an
     overlap left out cancelled."""
     rows = [r for r in check() if r.run.source == "megatron-bridge" and r.run.model.name == "qwen3-235b-a22b"

@@ -1,6 +1,7 @@
 """The time model against published runs of stacks it was not developed on (validation/stacks.py:
 torchtitan and PyTorch's FSDP runs, NVIDIA's DGX Cloud benchmarks and Megatron-Bridge tables,
-Megatron-LM's scaling table, MoE recipes, FP8; 8 to 6,144 GPUs). Nothing is fitted to them. What
+Megatron-LM's scaling table, MoE recipes, FP8; 8 to 6,144 GPUs). One knob is fitted to twelve of
+them (host.EXPERT_LOOP_FP8_MS, checked below on the runs it was not fitted on); nothing else is. What
 holds is asserted; what does not yet is named, and asserted to still miss, so the list stays
 true when the model improves."""
 import pytest
@@ -46,16 +47,40 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     to -5..+8%; three of the four are Megatron-Bridge's H100 runs with EP 32 across 4 nodes, which
     the MoE model misses (+12% and +14% with the all-to-all dispatcher, +102% with DeepEP, measured
     within 6% of each other; -38% and -37% for the first two while all-to-alls, all-gathers and
-    reduce-scatters crossed nodes at half the NIC's rate): p90 35%."""
+    reduce-scatters crossed nodes at half the NIC's rate): p90 35%. Megatron's per-expert host
+    time in FP8 (host.EXPERT_LOOP_FP8_MS, test below) brought the MoE rows of Megatron-Bridge's
+    tables from +12..+72% to within 25% but for the H100 DeepEP row (+76%): p90 23%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
-    assert n >= 300 and median <= 0.06 and p90 <= 0.36 and abs(signed) <= 0.05
+    assert n >= 300 and median <= 0.05 and p90 <= 0.25 and abs(signed) <= 0.05
     assert median < min(mfu40, mfu50)
     for source, (n, median, _, _, mfu40, mfu50) in summary(rows, lambda s: s.run.source).items():
         if n >= 20 and source not in KNOWN_MISSES:
             assert median < min(mfu40, mfu50), source
         if n >= 5:
             assert (median <= 0.20) != (source in KNOWN_MISSES), (source, median)
+
+
+def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, monkeypatch):
+    """host.EXPERT_LOOP_FP8_MS is fitted on the twelve Megatron FP8 runs of Qwen3-30B-A3B whose
+    experts run Transformer Engine's per-expert loop (16 and 8 local experts; H100, B200, GB200).
+    The other Megatron FP8 MoE runs (Qwen3-235B-A22B, DeepSeek-V3: 2 to 32 local experts) are the
+    check: from 16.5% median error without it to under 8% with it."""
+    from calculators.specs.frameworks import expert_kernel
+    from calculators.time import host
+    moe = [s.run for s in scored[0] if s.run.model.moe_layers and s.run.measured and s.predicted
+           and s.run.par.framework == "megatron" and s.run.par.precision == "fp8"]
+    fit = [r for r in moe if r.model.name == "qwen3-30b-a3b" and expert_kernel(r.par) == "loop"]
+    held = [r for r in moe if r.model.name != "qwen3-30b-a3b"]
+    assert len(fit) >= 10 and len(held) >= 20
+
+    def median_error(runs):
+        errors = sorted(abs(score(r).error) for r in runs)
+        return (errors[(len(errors) - 1) // 2] + errors[len(errors) // 2]) / 2
+
+    assert median_error(fit) <= 0.05 and median_error(held) <= 0.08
+    monkeypatch.setattr(host, "EXPERT_LOOP_FP8_MS", 0.0)
+    assert median_error(fit) >= 0.3 and median_error(held) >= 0.15
 
 
 def test_memory_is_reported_per_framework(scored):
