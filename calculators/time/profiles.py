@@ -217,6 +217,19 @@ BLACKWELL_FA2_FRACTION = _H100_FA2 * 373.9 / 327.9 / _BF16["GB200"]         # 0.
 GB300_FA2_FRACTION = _H100_FA2 * 399.7 / 327.9 / _BF16["GB300"]             # 0.148
 MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / _BF16["MI300X"]  # 0.265
 
+# MI300X inside a node: 8 GPUs fully connected, 7 Infinity Fabric links of 64 GB/s each way (448
+# GB/s, the preset's intra_node_gbps). RCCL's all-reduce reached 316.8 GB/s bus bandwidth at 8 GB
+# (Azure's AI benchmarking guide, ND_MI300X_v5_results.md, in place): 0.71 of 448. No switch
+# reduces in the fabric, so all-gather and reduce-scatter, a ring all-reduce's two halves, read the
+# same busbw (nccl-tests' convention) and take 0.71 too, where H100's reach 0.58 against an
+# all-reduce NVLink SHARP lifts to 1.02. A point-to-point send uses the one direct link between
+# the two GPUs, 64 of the 448 GB/s, at H100's 0.8 of a link. The all-to-all and DeepEP-style
+# dispatch keep H100's shares (unmeasured).
+_MI300X_AR = 316.8 / 448
+MI300X_EFFICIENCY = {"intra": {**_H100_EFFICIENCY["intra"], "all_reduce": _MI300X_AR, "all_gather": _MI300X_AR,
+                               "reduce_scatter": _MI300X_AR, "broadcast": _MI300X_AR, "p2p": 0.8 * 64 / 448},
+                     "inter": dict(_H100_EFFICIENCY["inter"])}
+
 _H100 = HardwareProfile(
     name="H100-80GB",
     source="GEMM and attention: FlashAttention-3 paper (Shah et al. 2024) measures FlashAttention-2 "
@@ -255,10 +268,11 @@ PROFILES: dict[str, HardwareProfile] = {
                        "to H100's (1.01: its 1,400 W keep the clocks up), FlashAttention-2 at 1.22 times H100's "
                        "rate (Azure's AI benchmarking guide); cuDNN attention from cudnn-frontend's GB300 "
                        "benchmark (attention.py); collectives as H100"),
-    "MI300X": _measured("MI300X", MI300X_GEMM, MI300X_FA2_FRACTION,
-                        "MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative to "
-                        "H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64 (Azure's AI "
-                        "benchmarking guide); collectives as H100"),
+    "MI300X": replace(_measured("MI300X", MI300X_GEMM, MI300X_FA2_FRACTION,
+                                "MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "
+                                "to H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64, "
+                                "RCCL all-reduce at 0.71 of the 448 GB/s fabric (Azure's AI benchmarking guide; "
+                                "MI300X_EFFICIENCY); across nodes as H100"), efficiency=MI300X_EFFICIENCY),
 }
 
 

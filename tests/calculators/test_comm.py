@@ -67,6 +67,21 @@ def test_ring_formulas_on_one_node():
         collective_time("gather", S, g, cluster, PROF)
 
 
+def test_mi300x_collectives_run_at_the_rates_rccl_measured():
+    """8 MI300X, fully connected (7 links of 64 GB/s each way): RCCL's all-reduce reached 316.8 GB/s
+    bus bandwidth at 8 GB (Azure's AI benchmarking guide), and with no reduction in the fabric the
+    all-gather and reduce-scatter read the same; a send between two GPUs has one link, 64 GB/s."""
+    mi300x = gpu_from_name("MI300X")
+    cluster, prof, g = ClusterSpec(mi300x, nodes=1), default_profile("MI300X"), Group(8, 8, 1)
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert bus_bandwidth(op, 8 * 2**30, g, cluster, prof) == pytest.approx(316.8, rel=0.01)
+    send = collective_time("p2p", 8 * 2**30, Group(2, 2, 1), cluster, prof)
+    assert 8 * 2**30 / send / 1e9 == pytest.approx(0.8 * 64, rel=0.01)
+    # H100's all-reduce reduces in the NVLink switch, so its all-gather reads about half of it
+    h100 = ClusterSpec(H100, nodes=1)
+    assert bus_bandwidth("all_reduce", 8 * 2**30, g, h100, PROF) > 1.7 * bus_bandwidth("all_gather", 8 * 2**30, g, h100, PROF)
+
+
 def test_crossing_nodes_costs_more_and_the_fabric_cap_bites_with_node_count():
     from dataclasses import replace
     cluster = ClusterSpec(H100, nodes=64)
