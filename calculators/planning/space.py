@@ -8,12 +8,12 @@ from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
-from ..specs.parallel import DISPATCHERS, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES
+from ..specs.parallel import DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES
 from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher")
+         "dispatcher", "experts")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -59,6 +59,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # MoE dispatch: DeepEP is never slower in the model, but it is a separate install; taken
         # only where the user allows it (dispatcher: deepep)
         "dispatcher": ["alltoall"],
+        # the local experts' kernel: the framework's unless the user allows fused (never slower)
+        "experts": [""],
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -71,7 +73,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero"):
         for v in sp[knob]:
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
-    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS)):
+    for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
+                          ("experts", EXPERT_KERNELS)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:

@@ -366,3 +366,20 @@ def test_moe_dispatcher_plans_and_exports():
     assert any("not DeepEP" in n for n in notes)
     with pytest.raises(ConfigError, match="dispatcher"):
         plan(qwen, cluster, 4096, 2048, {"dispatcher": "nvshmem"})
+
+
+def test_fused_experts_are_planned_only_where_allowed():
+    """In FP8 Megatron walks a GPU's experts one by one (host.expert_loop_host); a fused grouped MLP
+    is never slower in the model, so a plan takes it where `experts` allows it, and the Megatron
+    export says it is a config setting, not a flag."""
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(gpu_from_name("B200"), nodes=2)
+    need = {"precision": "fp8", "ep": 8, "tp": 1, "pp": 1}
+    looped = plan(qwen, cluster, 4096, 512, need).plans[0]
+    fused = plan(qwen, cluster, 4096, 512, {**need, "experts": ["", "fused"]}).plans[0]
+    assert looped.par.experts == "" and fused.par.experts == "fused" and "experts=fused" in fused.label()
+    assert fused.step.time_s < looped.step.time_s
+    _, notes = export("megatron", qwen, cluster, fused.par)
+    assert any("use_transformer_engine_op_fuser" in n for n in notes)
+    with pytest.raises(ConfigError, match="experts"):
+        plan(qwen, cluster, 4096, 512, {"experts": "grouped"})
