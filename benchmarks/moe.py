@@ -28,6 +28,7 @@ from . import host, predict
 from .gemm import DTYPES, time_fn, whole_numbers
 
 MOE_DTYPES = ("bf16", "fp32")
+CPU_MAX_FLOP = 2e12            # a CPU run is a check of the suite: minutes at most
 PARTS = ("router", "permute", "experts", "experts_loop")
 
 
@@ -89,6 +90,12 @@ def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]
     T, ep, K, E, f = case["tokens"], case["ep"], e.top_k, e.experts, e.expert_ffn
     local, n = E // ep, ep * T * K // E
     iters = case.get("iters", 10)
+    if device.type == "cpu":
+        work = 2 * local * n * 3 * f * h * 3 * (2 * iters + 2)        # the experts' GEMMs, fwd + bwd, both kernels
+        if work > CPU_MAX_FLOP:
+            raise ConfigError(f"{case['name']}: about {work / 1e12:,.0f} TFLOP of expert GEMMs, hours on a CPU "
+                              f"(the limit on a CPU is {CPU_MAX_FLOP / 1e12:g} TFLOP); check the suite there with "
+                              "--models tiny-moe --eps 2 --tokens 64, or time it on a GPU")
 
     def leaf(*shape, scale=1.0):
         return (torch.randn(*shape, device=device, dtype=torch.float32) * scale).to(dtype).requires_grad_()

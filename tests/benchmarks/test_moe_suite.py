@@ -99,3 +99,12 @@ def test_timing_suites_refuse_a_repeat_count_that_is_not_a_small_whole_number(it
     with pytest.raises(SystemExit) as exit_:
         main(["moe", "--iters", iters, "--device", "cpu"])
     assert exit_.value.code == 2 and "--iters: must be a whole number from 1 to 10,000" in capsys.readouterr().err
+
+
+def test_a_cpu_refuses_a_preset_layer_it_would_take_hours_on():
+    """Qwen3-30B-A3B's layer at 4,096 tokens is tens of TFLOP per timing; on a CPU the case fails
+    at once with what to run instead, and the suite goes on."""
+    case = cases("qwen3-30b-a3b", "8", "4096", ["fp32"], iters=10)[0][0]
+    with pytest.raises(ConfigError, match="tiny-moe"):
+        measure(case, host.grid(), torch.device("cpu"))
+
