@@ -55,12 +55,13 @@ def step(field: str = "time", **kw) -> str:
             "mfu": f"{s.mfu:.0%}", "bubble": f"{s.bubble_fraction:.1%}"}[field]
 
 
-def hit(experts: str, top_k: str, parts: str, field: str = "parts") -> str:
+def hit(experts: str, top_k: str, parts: str, field: str = "parts", groups: str = "0", per_token: str = "0") -> str:
     """Where a token's top_k experts land among `parts` nodes (each an equal share of the experts),
-    routing balanced: parts (expected nodes hit), deepep (copies crossing the network: one per other
-    node hit), alltoall (copies crossing it: one per expert on another node)."""
+    routing balanced, drawn from `per_token` of `groups` expert groups where given (DeepSeek's
+    node-limited routing): parts (expected nodes hit), deepep (copies crossing the network: one per
+    other node hit), alltoall (copies crossing it: one per expert on another node)."""
     n, k = int(parts), int(top_k)
-    hits = experts_hit(int(experts), k, n)
+    hits = experts_hit(int(experts), k, n, (int(groups), int(per_token)))
     return {"parts": f"{hits:.2f}", "deepep": f"{hits * (n - 1) / n:.1f}", "alltoall": f"{k * (n - 1) / n:g}"}[field]
 
 

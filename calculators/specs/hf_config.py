@@ -130,7 +130,11 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                               expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
                               shared_experts=f.get(E["shared_experts"], "n_shared_experts", 0),
                               dense_layers=f.get(E["dense_layers"], "first_k_dense_replace", 0),
-                              moe_every=f.get(E["moe_every"], "moe_layer_freq", 1))
+                              moe_every=f.get(E["moe_every"], "moe_layer_freq", 1),
+                              # group-limited routing (V2's group_limited_greedy, V3's noaux_tc);
+                              # plain "greedy" ignores the groups
+                              groups=0 if f.cfg.get("topk_method") == "greedy" else f.get(E["groups"], "n_group", 0),
+                              groups_per_token=f.get(E["groups_per_token"], "topk_group", 0))
         args["mla"] = MLASpec(q_lora_rank=f.get(A["q_lora_rank"], "q_lora_rank", 0),
                               kv_lora_rank=f.need(A["kv_lora_rank"], "kv_lora_rank"),
                               qk_nope_dim=f.need(A["qk_nope_dim"], "qk_nope_head_dim"),

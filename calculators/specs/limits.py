@@ -44,6 +44,7 @@ MODEL = {
 MOE = {
     "experts": (1, 4096), "top_k": (1, 4096), "expert_ffn": (1, 1_048_576), "shared_experts": (0, 64),
     "shared_ffn": (0, 1_048_576), "dense_layers": (0, MAX_LAYERS), "moe_every": (1, MAX_LAYERS),
+    "groups": (0, 4096), "groups_per_token": (0, 4096),
 }
 MLA = {
     "q_lora_rank": (0, 131_072), "kv_lora_rank": (1, 131_072), "qk_nope_dim": (1, 4096), "qk_rope_dim": (0, 4096),

@@ -27,11 +27,29 @@ class MoESpec:
     shared_ffn: int = 0          # intermediate size of one shared expert (0: expert_ffn)
     dense_layers: int = 0        # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     moe_every: int = 1           # every n-th layer after the dense ones is MoE (1: all)
+    groups: int = 0              # group-limited routing: the experts in this many equal groups
+                                 # (DeepSeek's n_group; 0: no limit) ...
+    groups_per_token: int = 0    # ... and a token's top_k taken from at most this many (topk_group)
 
     def __post_init__(self):
         p = check_fields(self, "model.moe", limits.MOE)
+        if not p and self.groups:
+            require(p, self.experts % self.groups == 0,
+                    f"model.moe.groups={self.groups} must divide experts={self.experts}")
+            require(p, 1 <= self.groups_per_token <= self.groups,
+                    f"model.moe.groups_per_token must be from 1 to groups={self.groups} "
+                    f"(got {self.groups_per_token})")
+            require(p, p or self.top_k <= self.groups_per_token * self.experts // self.groups,
+                    f"model.moe.top_k={self.top_k} must fit in groups_per_token={self.groups_per_token} groups "
+                    f"of {self.experts // max(1, self.groups)} experts")
         if p:
             raise ConfigError(p)
+
+    @property
+    def group_limit(self) -> tuple[int, int]:
+        """(groups, groups a token draws from) where routing is group-limited, else (0, 0)."""
+        limited = self.groups > 1 and 0 < self.groups_per_token < self.groups
+        return (self.groups, self.groups_per_token) if limited else (0, 0)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,11 @@ _MODELS: dict[str, dict] = {
     # MLA is modelled exactly for parameters and FLOPs; its activations are counted as attention
     # with q/k head dim 192 and v head dim 128 plus the saved latents (calculators/memory/activations.py).
     # The multi-token-prediction module (14B) is not part of the published 671B and is left out.
+    # Node-limited routing: a token's 8 experts come from at most 4 of 8 expert groups (n_group,
+    # topk_group in its config.json; the technical report's M = 4 nodes).
     "deepseek-v3": dict(layers=61, hidden=7168, heads=128, ffn=18432, vocab=129280,
-                        moe=MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3),
+                        moe=MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3,
+                                    groups=8, groups_per_token=4),
                         mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64,
                                     v_head_dim=128),
                         source=HF.format("deepseek-ai/DeepSeek-V3")),

@@ -188,30 +188,50 @@ def collective_time(op: str, nbytes: float, grp: Group, cluster: ClusterSpec, pr
     return t
 
 
-def experts_hit(experts: int, top_k: int, parts: int) -> float:
+def experts_hit(experts: int, top_k: int, parts: int, groups: tuple = (0, 0)) -> float:
     """Expected number of `parts` (equal shares of `experts`: nodes or GPUs) that hold at least one
-    of a token's top_k distinct experts, routed uniformly (balanced routing)."""
+    of a token's top_k distinct experts, routed uniformly (balanced routing).
+
+    `groups` = (G, g): group-limited routing (DeepSeek-V3's node-limited routing: n_group 8,
+    topk_group 4), the experts in G equal contiguous groups, a token's top_k drawn uniformly from
+    the experts of g of them, chosen uniformly. Experts sit on the parts in order (expert
+    parallelism's layout), so where G is a multiple of the parts each part holds G/parts whole
+    groups, and where the parts are a multiple of G each group spans parts/G of them; other shapes
+    are taken as unlimited."""
     parts = max(1, min(parts, experts))
-    miss = math.comb(experts - experts // parts, top_k) / math.comb(experts, top_k)
-    return parts * (1 - miss)
+    G, g = groups
+    if not G or G % parts and parts % G:
+        miss = math.comb(experts - experts // parts, top_k) / math.comb(experts, top_k)
+        return parts * (1 - miss)
+    per_group = experts // G
+    pool = g * per_group                                 # the experts a token draws from
+    if G % parts == 0:                                   # a part holds `mine` whole groups
+        mine = G // parts
+        hit = sum(math.comb(mine, j) * math.comb(G - mine, g - j) / math.comb(G, g)
+                  * (1 - math.comb(pool - j * per_group, top_k) / math.comb(pool, top_k))
+                  for j in range(1, min(mine, g) + 1))
+    else:                                                # a part holds a slice of one group
+        hit = g / G * (1 - math.comb(pool - experts // parts, top_k) / math.comb(pool, top_k))
+    return parts * hit
 
 
 def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: ClusterSpec,
-                  profile: HardwareProfile) -> float:
+                  profile: HardwareProfile, groups: tuple = (0, 0)) -> float:
     """Seconds for one DeepEP-style MoE dispatch (or combine) of a rank's tokens, `nbytes` for one
     copy of each, over the expert-parallel group `grp`. A token crosses the network once per other
     node holding one of its experts, and NVLink carries one copy per GPU holding one, all at once
     (the all-to-all instead sends a copy per expert: top_k of them). Routing is taken as balanced;
-    an imbalanced router sends more to its busiest rank."""
+    an imbalanced router sends more to its busiest rank; group-limited routing (`groups`,
+    experts_hit) sends a token to fewer nodes."""
     n, k, N = grp.size, grp.per_node, grp.nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
     alpha = ((N - 1) * profile.latency_us["inter"] + (k - 1) * profile.latency_us["intra"]) * 1e-6
-    over_nvlink = nbytes * experts_hit(experts, top_k, n) * (k - 1) / k / \
+    over_nvlink = nbytes * experts_hit(experts, top_k, n, groups) * (k - 1) / k / \
         _link("intra", cluster, profile, "ep_dispatch", 1)
     if N == 1:
         return alpha + over_nvlink
-    over_nics = nbytes * experts_hit(experts, top_k, N) * (N - 1) / N / \
+    over_nics = nbytes * experts_hit(experts, top_k, N, groups) * (N - 1) / N / \
         _link("inter", cluster, profile, "ep_dispatch", grp.fabric_nodes)
     return alpha + max(over_nics, over_nvlink)
 

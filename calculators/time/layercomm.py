@@ -64,7 +64,8 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         g = expert_group("ep", par, cluster)
         mine, moe = act / (par.tp if par.sp else 1), model.moe
         a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
-            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile) if par.dispatcher == "deepep"
+            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile, moe.group_limit)
+            if par.dispatcher == "deepep"
             else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
         hidden = paired_hidden(lt, a2a) if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)

@@ -141,6 +141,32 @@ def test_experts_hit_is_the_expected_count_over_every_routing():
         assert experts_hit(experts, top_k, parts) == pytest.approx(exact)
 
 
+def test_group_limited_routing_reaches_fewer_nodes():
+    """DeepSeek-V3 draws a token's 8 experts from 4 of its 8 expert groups (node-limited routing):
+    over 8 nodes, one group each, it reaches 3.63 nodes on average instead of 5.30 (the exact count
+    agrees with sampling the router); over 4 nodes 2.93 instead of 3.61. Shapes where groups
+    neither tile nor split the nodes are taken as unlimited."""
+    import random
+    assert experts_hit(256, 8, 8, (8, 4)) == pytest.approx(3.629, abs=1e-3)
+    assert experts_hit(256, 8, 8) == pytest.approx(5.295, abs=1e-3)
+    rng = random.Random(0)
+
+    def sampled(parts, n=20000):
+        hits = 0
+        for _ in range(n):
+            pool = [e for grp in rng.sample(range(8), 4) for e in range(32 * grp, 32 * grp + 32)]
+            hits += len({e // (256 // parts) for e in rng.sample(pool, 8)})
+        return hits / n
+    for parts in (4, 8, 32, 64):
+        assert experts_hit(256, 8, parts, (8, 4)) == pytest.approx(sampled(parts), rel=0.01)
+        assert experts_hit(256, 8, parts, (8, 4)) <= experts_hit(256, 8, parts)
+    assert experts_hit(240, 8, 12, (8, 4)) == experts_hit(240, 8, 12)
+    # DeepEP's dispatch over 8 nodes of H100 sends a token across the network to fewer of them
+    cluster, g = ClusterSpec(H100, nodes=8), Group(64, 8, 8)
+    limited = dispatch_time(2**28, 256, 8, g, cluster, PROF, (8, 4))
+    assert limited == pytest.approx(3.629 / 5.295 * dispatch_time(2**28, 256, 8, g, cluster, PROF), rel=0.01)
+
+
 def test_deepep_dispatch_sends_a_token_once_per_node():
     """Qwen3-235B's routing (128 experts, top 8) over EP 32 on 4 nodes: the all-to-all puts
     8 x 3/4 = 6 copies of a token on the network, DeepEP one per other node hit, 3.63 x 3/4."""

@@ -53,6 +53,25 @@ def test_hf_llama_equals_preset():
     assert m.total_params == model_from_name("llama3-8b").total_params
 
 
+def test_deepseek_group_limited_routing_is_read_and_checked():
+    """n_group and topk_group (DeepSeek-V2/V3's group-limited routing) become moe.groups and
+    groups_per_token, as the deepseek-v3 preset has them; "greedy" routing ignores the groups, and
+    groups that do not divide the experts or cannot hold top_k are refused by name."""
+    from calculators.specs.models import MoESpec
+    base = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+            "intermediate_size": 1024, "vocab_size": 1000, "n_routed_experts": 64, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 128, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16,
+            "v_head_dim": 32, "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc"}
+    assert from_hf_config(json.dumps(base)).moe.group_limit == (8, 4)
+    assert from_hf_config(json.dumps({**base, "topk_method": "greedy"})).moe.group_limit == (0, 0)
+    assert model_from_name("deepseek-v3").moe.group_limit == (8, 4)
+    assert MoESpec(experts=64, top_k=8, expert_ffn=128, groups=1, groups_per_token=1).group_limit == (0, 0)
+    for bad, words in (({"n_group": 7}, "must divide experts"), ({"topk_group": 9}, "groups_per_token"),
+                       ({"topk_group": 1, "n_routed_experts": 32}, "must fit")):
+        with pytest.raises(ConfigError, match=words):
+            from_hf_config(json.dumps({**base, **bad}))
+
+
 @pytest.mark.parametrize("cfg,total,active", [
     ({"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
       "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8,
