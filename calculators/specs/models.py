@@ -40,8 +40,8 @@ class MoESpec:
                     f"model.moe.groups_per_token must be from 1 to groups={self.groups} "
                     f"(got {self.groups_per_token})")
             require(p, p or self.top_k <= self.groups_per_token * self.experts // self.groups,
-                    f"model.moe.top_k={self.top_k} must fit in groups_per_token={self.groups_per_token} groups "
-                    f"of {self.experts // max(1, self.groups)} experts")
+                    f"model.moe.top_k={self.top_k} must be at most the experts of groups_per_token groups "
+                    f"({self.groups_per_token} x {self.experts // max(1, self.groups)})")
         if p:
             raise ConfigError(p)
 

@@ -200,7 +200,7 @@ VALID = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nod
 PATHS = [("model", "preset"), ("hardware", "gpu"), ("hardware", "nodes"), ("hardware", "gpus_per_node"),
          ("hardware", "profile")] + [("parallel", k) for k in (
              "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "schedule",
-             "precision", "framework", "split", "recompute_ranks", "flash", "tp_overlap", "dispatcher")]
+             "precision", "framework", "split", "recompute_ranks", "flash", "tp_overlap", "dispatcher", "experts")]
 FAST = settings(max_examples=150, deadline=int(SECOND * 1000), suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -228,7 +228,8 @@ def test_any_json_line_is_answered(value):
 HF_KEYS = ["model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
            "intermediate_size", "vocab_size", "head_dim", "tie_word_embeddings", "num_local_experts",
            "num_experts_per_tok", "num_experts", "moe_intermediate_size", "mlp_only_layers", "n_routed_experts",
-           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "text_config", "_name_or_path"]
+           "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "text_config", "_name_or_path",
+           "n_group", "topk_group", "topk_method"]
 
 
 @FAST
