@@ -28,10 +28,10 @@ from .profiles import HardwareProfile
 # H100, B200, GB200; Megatron-Bridge 25.11 to 26.06): 43.6% -> 3.9%. Checked on the runs it was
 # not fitted on (Qwen3-235B-A22B and DeepSeek-V3 in FP8, 2 to 32 local experts, H100, B200 and
 # GB200): median 16.5% -> 6.5%; the B200 runs with 16 and 32 local experts went from +34..+72% to
-# -7..+12%; validation.published's MoE rows (nothing fitted to them) from 87% to 26%. The same
+# -4..+12%; validation.published's MoE rows (nothing fitted to them) from 87% to 26%. The same
 # stacks' configs with the experts fused (Transformer Engine's op fuser, Megatron-Bridge's
 # cutedsl_fused_grouped_mlp, with full-iteration CUDA graphs; at dabf51d9d) pay none and come out
-# +15 to +21%. BF16 runs pay none: no per-expert quantization, and the BF16 runs with 16 local
+# +11 to +16%. BF16 runs pay none: no per-expert quantization, and the BF16 runs with 16 local
 # experts (Megatron-MoE-ModelZoo's Qwen3-235B-A22B on H100 and GB200) show no such excess; but
 # Megatron-LM's recipes measured Qwen3-30B-A3B on 32 H100 within 1% in FP8 and BF16, where this
 # puts FP8 26% behind: the split between the two is not exact.

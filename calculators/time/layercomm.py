@@ -68,6 +68,8 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
             if par.dispatcher == "deepep"
             else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
         hidden = paired_hidden(lt, a2a) if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
+        if par.dispatcher == "deepep":    # the compute beside DeepEP's kernels runs on the SMs they leave
+            hidden *= 1 - profile.dispatch_sm_share
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
     return out
 

@@ -55,6 +55,10 @@ Knobs:
   share of each link that DeepEP-style MoE dispatch and combine kernels move their bytes at.
 - overlap: the fraction of a communication that can hide behind compute when the framework
   overlaps it (DP gradient buckets, ZeRO-3 prefetch, TP async, CP ring, EP all-to-all, PP sends).
+- dispatch_sm_share: the share of the GPU's SMs that DeepEP-style dispatch and combine kernels
+  occupy while they run (DeepEP's default of 20 SMs, Megatron's moe_flex_dispatcher_num_sms; 20 of
+  H100's 132, of Blackwell's 148, of GB300's 160). Compute overlapped with them runs on the rest,
+  so an overlapped dispatch hides only (1 - share) of its time.
 """
 from __future__ import annotations
 
@@ -68,6 +72,7 @@ from ..specs.limits import MAX_JSON_BYTES
 from ..specs.validate import check_fields, link, loads, number, show
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
+DEEPEP_SMS = 20        # SMs DeepEP's dispatch and combine kernels run on by default (Buffer.num_sms)
 TIERS = ("intra", "inter")
 
 # Bus bandwidth reached on 256 MB messages, as a fraction of the link's one-way bandwidth.
@@ -98,7 +103,7 @@ _H100_EFFICIENCY = {
 # 1.02 of the link), never 0; times and sizes are non-negative.
 KNOB_LIMITS = {"gemm_fraction": (1e-3, 1.5), "gemm_half_dim": (0.0, 1e5), "fp8_gemm_fraction": (1e-3, 1.5),
                "attention_fraction": (1e-3, 1.5), "hbm_fraction": (1e-3, 1.5), "kernel_us": (0.0, 1e5),
-               "host_ms_per_layer": (0.0, 1000.0), "fabric_gbps": (0.0, 1e6)}
+               "host_ms_per_layer": (0.0, 1000.0), "fabric_gbps": (0.0, 1e6), "dispatch_sm_share": (0.0, 0.9)}
 OVERLAP_KINDS = ("dp", "zero3", "tp", "cp", "ep", "pp")
 # the nested tables: name -> (keys per level, (lowest, highest) of each value)
 _TABLES = {"latency_us": ((TIERS,), (0.0, 1e6)), "overlap": ((OVERLAP_KINDS,), (0.0, 1.0)),
@@ -141,6 +146,7 @@ class HardwareProfile:
     fabric_gbps: float = 0.0             # 0: non-blocking fabric
     overlap: dict = field(default_factory=lambda: {"dp": 0.9, "zero3": 0.8, "tp": 0.0, "cp": 0.9,
                                                    "ep": 0.0, "pp": 0.0})
+    dispatch_sm_share: float = DEEPEP_SMS / 132     # SMs DeepEP-style dispatch kernels take (H100: 132)
 
     def __post_init__(self):
         p = check_fields(self, "profile", KNOB_LIMITS, texts=("name",))
@@ -240,39 +246,42 @@ _H100 = HardwareProfile(
 )
 
 
-def _measured(name: str, gemm_share: float, fa2_fraction: float, source: str) -> HardwareProfile:
+def _measured(name: str, gemm_share: float, fa2_fraction: float, source: str, sms: int) -> HardwareProfile:
     """H100's profile with its two GEMM fractions times `gemm_share` (this GPU's sustained GEMM
-    share of the peak over H100's) and FlashAttention-2's plateau at `fa2_fraction` of the peak."""
+    share of the peak over H100's), FlashAttention-2's plateau at `fa2_fraction` of the peak, and
+    DeepEP's SMs out of this GPU's `sms`."""
     return replace(_H100, name=name, gemm_fraction=_H100.gemm_fraction * gemm_share,
                    fp8_gemm_fraction=_H100.fp8_gemm_fraction * gemm_share,
-                   attention_fraction=fa2_fraction, source=source)
+                   attention_fraction=fa2_fraction, source=source, dispatch_sm_share=DEEPEP_SMS / sms)
 
 
 PROFILES: dict[str, HardwareProfile] = {
     "H100-80GB": _H100,
     "H200-141GB": replace(_H100, name="H200-141GB"),
     "A100-40GB": replace(_H100, name="A100-40GB", gemm_fraction=0.78, attention_fraction=0.45,
+                         dispatch_sm_share=DEEPEP_SMS / 108,
                          source="A100: cuBLAS bf16 reaches ~80-85% of 312 TFLOP/s on large shapes and "
                                 "FlashAttention-2 50-70% forward (Dao 2023), lowered as for H100 for "
                                 "eager execution; collectives as H100 (unchecked)"),
     "A100-80GB": replace(_H100, name="A100-80GB", gemm_fraction=0.78, attention_fraction=0.45,
+                         dispatch_sm_share=DEEPEP_SMS / 108,
                          source="as A100-40GB"),
     "B200": _measured("B200", BLACKWELL_GEMM, BLACKWELL_FA2_FRACTION,
                       "Blackwell: GEMMs at H100's fractions times the GB200's sustained FP8 cuBLASLt share relative "
                       "to H100's (0.85, Azure's AI benchmarking guide); FlashAttention-2 at 1.14 times H100's rate "
                       "(same guide); cuDNN attention from cudnn-frontend's GB200 benchmark (attention.py); B200 "
-                      "scaled from GB200 by the peaks; collectives as H100"),
-    "GB200": _measured("GB200", BLACKWELL_GEMM, BLACKWELL_FA2_FRACTION, "as B200"),
+                      "scaled from GB200 by the peaks; collectives as H100", 148),
+    "GB200": _measured("GB200", BLACKWELL_GEMM, BLACKWELL_FA2_FRACTION, "as B200", 148),
     "GB300": _measured("GB300", GB300_GEMM, GB300_FA2_FRACTION,
                        "Blackwell Ultra: GEMMs at H100's fractions times its sustained FP8 cuBLASLt share relative "
                        "to H100's (1.01: its 1,400 W keep the clocks up), FlashAttention-2 at 1.22 times H100's "
                        "rate (Azure's AI benchmarking guide); cuDNN attention from cudnn-frontend's GB300 "
-                       "benchmark (attention.py); collectives as H100"),
+                       "benchmark (attention.py); collectives as H100", 160),
     "MI300X": replace(_measured("MI300X", MI300X_GEMM, MI300X_FA2_FRACTION,
                                 "MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "
                                 "to H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64, "
                                 "RCCL all-reduce at 0.71 of the 448 GB/s fabric (Azure's AI benchmarking guide; "
-                                "MI300X_EFFICIENCY); across nodes as H100"), efficiency=MI300X_EFFICIENCY),
+                                "MI300X_EFFICIENCY); across nodes as H100", 304), efficiency=MI300X_EFFICIENCY),
 }
 
 

@@ -51,7 +51,7 @@ def test_cross_node_expert_parallelism_with_deepep_and_the_all_to_all():
     """Qwen3-235B-A22B, EP 32 over 4 nodes of H100 (Megatron-Bridge, DeepEP): the model puts the
     plain all-to-all (a copy per expert, 6 of a token's 8 across the network) well behind DeepEP's
     per-node dispatch (2.7). Megatron-Bridge measured the two within 6% of each other (26.04's
-    all-to-all rows are in validation.stacks, +5 to +6%), so these DeepEP rows come out 1.7 times
+    all-to-all rows are in validation.stacks, +5 to +6%), so these DeepEP rows come out 1.6 times
     too fast: a known miss, like the same tables' Qwen3-30B-A3B rows (the README's MoE
     paragraph); they had come out within 15% only while an expert compute counted twice and an
     overlap left out cancelled."""

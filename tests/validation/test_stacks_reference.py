@@ -49,7 +49,9 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     within 6% of each other; -38% and -37% for the first two while all-to-alls, all-gathers and
     reduce-scatters crossed nodes at half the NIC's rate): p90 35%. Megatron's per-expert host
     time in FP8 (host.EXPERT_LOOP_FP8_MS, test below) brought the MoE rows of Megatron-Bridge's
-    tables from +12..+72% to within 25% but for the H100 DeepEP row (+76%): p90 23%."""
+    tables from +12..+72% to within 25% but for the H100 DeepEP row (+76%): p90 23%. DeepEP's kernels
+    taking 20 SMs from the compute they overlap (profiles.dispatch_sm_share) brought that row to +63%
+    and the GB200 rows with EP overlap from +15..+21% to +11..+16%: p90 22%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
     assert n >= 300 and median <= 0.05 and p90 <= 0.25 and abs(signed) <= 0.05
