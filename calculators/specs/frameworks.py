@@ -184,13 +184,16 @@ def expert_kernel(par) -> str:
       as a Python list (`m_splits.tolist()`, a device-to-host sync) and loops over its experts in
       Python and C++: one GEMM launch per expert and, in FP8, each expert's weight and input
       quantized for itself (transformer_engine/pytorch/module/grouped_linear.py);
-    - fsdp2 (torchtitan), deepspeed, nanotron: "fused", one grouped kernel over all local experts
-      (torchtitan's torch._grouped_mm).
+    - deepspeed (Hugging Face modules): "loop", the MoE block's Python loop over the experts a
+      batch hit, found with a device-to-host read (transformers 4.57's Mixtral and Qwen3-MoE
+      blocks: `.nonzero()`, then `for expert_idx in expert_hit`), one module call per expert;
+    - fsdp2 (torchtitan): "fused", one grouped kernel over all local experts (torch._grouped_mm);
+      nanotron: "fused" (no MoE run of it is modelled).
     Megatron's cuteDSL fused grouped MLP (cutedsl_fused_grouped_mlp) and TE's grouped-tensor path
     are "fused"."""
     if par.experts:
         return par.experts
-    return "loop" if par.framework == "megatron" else "fused"
+    return "loop" if par.framework in ("megatron", "deepspeed") else "fused"
 
 
 def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, int]]:

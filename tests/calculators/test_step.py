@@ -425,6 +425,8 @@ def test_megatrons_per_expert_loop_costs_host_time_in_fp8_only():
     for other in (replace(par, experts="fused"), replace(par, precision="bf16"), replace(par, framework="fsdp2")):
         assert expert_loop_host(qwen, other, True) == (0.0, 0.0)
     assert expert_loop_host(qwen, par, False) == (0.0, 0.0) == expert_loop_host(L8B, par, True)
+    # Hugging Face MoE blocks (deepspeed) loop over their experts in Python too
+    assert expert_loop_host(qwen, replace(par, framework="deepspeed"), True) == expert_loop_host(qwen, par, True)
     looped, fused = (estimate_step(qwen, cluster, p, PROF) for p in (par, replace(par, experts="fused")))
     added = qwen.moe_layers * par.microbatches * per_layer
     assert looped.time_s - fused.time_s == pytest.approx(added, rel=0.05)
