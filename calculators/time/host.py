@@ -12,6 +12,7 @@ Two ways it shows:
 from __future__ import annotations
 
 from ..specs.frameworks import expert_kernel
+from ..specs.recompute import modules, policy
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
@@ -51,11 +52,22 @@ def host_bound(f: float, b: float, w: float, profile: HardwareProfile, refwd: fl
     return (f2, b * stretch, w * stretch), (f2 - f) + (b + w) * (stretch - 1)
 
 
-def expert_loop_host(model: ModelSpec, par: ParallelConfig, moe_layer: bool, refwd: float = 0.0) -> tuple[float, float]:
+def experts_again(par: ParallelConfig) -> float:
+    """The share of the experts' forward that the backward runs again: all of it under a full
+    recompute (1/N with layer:N), op_sac (the grouped GEMMs are not saved ops) and Megatron's `moe`
+    module; none otherwise (`moe_act` reruns the activation only)."""
+    kind, every = policy(par.framework, par.recompute)
+    if kind == "modules":
+        return 1.0 if "moe" in modules(par.recompute) else 0.0
+    return {"full": 1.0 / every, "op_sac": 1.0}.get(kind, 0.0)
+
+
+def expert_loop_host(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer's per-expert host work adds per micro-batch
-    (EXPERT_LOOP_FP8_MS per local expert: a third in the forward, two thirds in the backward, where
-    recompute issues `refwd` of the forward again); 0 for dense layers, BF16, fused experts."""
+    (EXPERT_LOOP_FP8_MS per local expert: a third in the forward, two thirds in the backward, and
+    the forward's again where recompute reruns the experts, experts_again); 0 for dense layers,
+    BF16, fused experts."""
     if not (moe_layer and model.moe) or par.precision != "fp8" or expert_kernel(par) != "loop":
         return 0.0, 0.0
     host = EXPERT_LOOP_FP8_MS * 1e-3 * model.moe.experts / par.ep
-    return host / 3, 2 * host / 3 + host / 3 * refwd
+    return host / 3, 2 * host / 3 + host / 3 * experts_again(par)

@@ -108,7 +108,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
             refwd = reissue(par.framework, mode)
             (f1, b1, w1), waits = host_bound(lt.forward + exp_f + copy_f, lt.backward_input + exp_b,
                                              lt.backward_weight + acc + copy_b, profile, refwd, scale)
-            xf, xb = expert_loop_host(model, mp, moe, refwd)
+            xf, xb = expert_loop_host(model, mp, moe)
             kinds[(moe, mode)], waits = (f1 + xf, b1 + xb, w1), waits + xf + xb
             parts[(moe, mode)] = (lt, comm, waits)
     S = n_stages(par.schedule, p, v)

@@ -421,7 +421,9 @@ def test_megatrons_per_expert_loop_costs_host_time_in_fp8_only():
     per_layer = EXPERT_LOOP_FP8_MS * 1e-3 * 128 / 8
     assert expert_loop_host(qwen, par, True) == pytest.approx((per_layer / 3, 2 * per_layer / 3))
     assert expert_loop_host(qwen, replace(par, ep=4), True)[0] == pytest.approx(2 * per_layer / 3)
-    assert expert_loop_host(qwen, par, True, refwd=1.0)[1] == pytest.approx(per_layer)
+    for recompute, again in (("full", 1), ("layer:2", 0.5), ("moe_act+layernorm", 0), ("layernorm+moe", 1)):
+        assert expert_loop_host(qwen, replace(par, recompute=recompute), True)[1] == \
+            pytest.approx(2 * per_layer / 3 + again * per_layer / 3), recompute
     for other in (replace(par, experts="fused"), replace(par, precision="bf16"), replace(par, framework="fsdp2")):
         assert expert_loop_host(qwen, other, True) == (0.0, 0.0)
     assert expert_loop_host(qwen, par, False) == (0.0, 0.0) == expert_loop_host(L8B, par, True)
