@@ -115,7 +115,7 @@ def _loss(settings: str) -> str:
 
 def _attention(settings: str) -> str:
     """The attention kernel a row forces (sdpa=cudnn or sdpa=flash: PyTorch's SDPA backends, flash
-    being FlashAttention-2), else "" (the framework's default, frameworks.attention_kernel)."""
+    being FlashAttention-2), else "" (the framework's default, kernels.attention_kernel)."""
     found = re.search(r"sdpa\s*=\s*(cudnn|flash)\b", settings, re.I)
     return {"cudnn": "cudnn", "flash": "fa2"}[found.group(1).lower()] if found else ""
 
@@ -134,7 +134,7 @@ def _ep_overlap(settings: str) -> bool:
 
 def _experts(settings: str) -> str:
     """"fused" where a row's experts run one grouped kernel for all (Megatron's
-    cutedsl_fused_grouped_mlp), else "" (the framework's, frameworks.expert_kernel)."""
+    cutedsl_fused_grouped_mlp), else "" (the framework's, kernels.expert_kernel)."""
     return "fused" if re.search(r"cutedsl_fused_grouped_mlp\s*=\s*(1|true)\b", settings, re.I) else ""
 
 

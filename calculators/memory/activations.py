@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..specs.frameworks import loss_activation_bytes, loss_kernel
+from ..specs.kernels import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from ..specs.recompute import MODULES, modules, policy, recomputed_modules, sac_recomputes_attention, sac_saved
@@ -296,7 +296,7 @@ def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[flo
 
     Kept: the final norm's input, rstd and output, and what the loss keeps of the T x V/tp logit
     shard; transient: what sits beside it at the peak. Per logit by the loss's kernel
-    (frameworks.loss_kernel, loss_activation_bytes): eager PyTorch 4 kept + 6 transient, compiled
+    (kernels.loss_kernel, loss_activation_bytes): eager PyTorch 4 kept + 6 transient, compiled
     2 + 2, Megatron's fused loss 4 + 2, nanotron's 4 + 10.
     """
     T = tokens(par)

@@ -16,7 +16,7 @@ from .explain import runs_text as split_text
 from ..memory.estimate import pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
-from ..specs.frameworks import loss_kernel
+from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
 from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
 

@@ -17,9 +17,9 @@ from .models import ModelSpec
 from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
                         valid as recompute_valid)
 
-ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (frameworks.attention_kernel)
-LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (frameworks.loss_kernel)
-EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (frameworks.expert_kernel)
+ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
+LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
+EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -55,12 +55,12 @@ class ParallelConfig:
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
-    attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (frameworks.attention_kernel)
+    attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (kernels.attention_kernel)
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
-    loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (frameworks.loss_kernel)
+    loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (kernels.loss_kernel)
     experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
                                  # GroupedLinear) | fused (one kernel for all); "": the framework's
-                                 # (frameworks.expert_kernel)
+                                 # (kernels.expert_kernel)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank

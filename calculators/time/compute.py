@@ -23,7 +23,8 @@ from . import elementwise
 from ..memory.activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
-from ..specs.frameworks import fused_matmuls, layout_attention, loss_bytes_per_logit, loss_kernel
+from ..specs.frameworks import fused_matmuls
+from ..specs.kernels import layout_attention, loss_bytes_per_logit, loss_kernel
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
@@ -181,7 +182,7 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
 
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:
     """(forward, input-backward, weight-backward) of the output GEMM and the loss over this GPU's
-    T x V/tp logits, whose element-wise passes move frameworks.loss_bytes_per_logit each."""
+    T x V/tp logits, whose element-wise passes move kernels.loss_bytes_per_logit each."""
     T = tokens(par)
     g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
     logits = T * model.vocab / par.tp

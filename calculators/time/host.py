@@ -11,14 +11,14 @@ Two ways it shows:
 """
 from __future__ import annotations
 
-from ..specs.frameworks import expert_kernel
+from ..specs.kernels import expert_kernel
 from ..specs.recompute import modules, policy
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
 
 # Host time an MoE layer adds per local expert per micro-batch (forward and backward together), in
-# FP8, where its experts run as a loop (frameworks.expert_kernel): fitted where Megatron runs them
+# FP8, where its experts run as a loop (kernels.expert_kernel): fitted where Megatron runs them
 # through Transformer Engine's GroupedLinear.
 # Mechanism: the dispatcher and GroupedLinear copy the tokens per expert to the host and wait for
 # them (token_dispatcher.py's cuda_sync_point, grouped_linear.py's m_splits.tolist()), then the

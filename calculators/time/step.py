@@ -40,7 +40,8 @@ from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
 from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
-                                layout_attention, p2p_overlapped, shard_copy_bytes)
+                                p2p_overlapped, shard_copy_bytes)
+from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
 from ..specs.models import ModelSpec

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 
-from calculators.specs.frameworks import layout_attention
+from calculators.specs.kernels import layout_attention
 from calculators.time.attention import KERNEL_NAMES, attention_time, costed_kernel
 from calculators.time.comm import Group, bus_bandwidth, collective_time
 from calculators.time.flops import attention_flops

@@ -95,10 +95,10 @@ def _cross_entropy(pred, labels):   # torchtitan's loss (torchtitan/components/l
 
 @pytest.mark.parametrize("kernel", ["eager", "compiled"])
 def test_loss_keeps_what_pytorch_keeps(kernel):
-    """frameworks.loss_activation_bytes: eager F.cross_entropy on the fp32 upcast keeps its fp32
+    """kernels.loss_activation_bytes: eager F.cross_entropy on the fp32 upcast keeps its fp32
     log-softmax; compiled by Inductor, it keeps the bf16 logits (and a per-token log-sum-exp) and
     recomputes the softmax; the gradient comes back in bf16 either way."""
-    from calculators.specs.frameworks import loss_activation_bytes
+    from calculators.specs.kernels import loss_activation_bytes
     fn = torch.compile(_cross_entropy) if kernel == "compiled" else _cross_entropy
     per_logit, grad_dtype = _loss_saved_per_logit(fn)
     kept, transient = loss_activation_bytes(kernel)

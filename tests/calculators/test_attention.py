@@ -3,7 +3,7 @@ import pytest
 
 from calculators.time import attention
 from calculators.time.flops import attention_flops
-from calculators.specs.frameworks import attention_kernel
+from calculators.specs.kernels import attention_kernel
 from calculators.specs.hardware import gpu_from_name
 from calculators.specs.models import ModelSpec
 from calculators.specs.parallel import ParallelConfig

@@ -342,11 +342,12 @@ def test_dualpipe_hides_expert_traffic_only_as_far_as_the_paired_compute_lasts()
 def test_summing_micro_batch_gradients_and_the_loss_cost_their_memory_passes():
     """frameworks.grad_accumulation_bytes: nanotron adds every micro-batch's bf16 gradients into
     fp32 buffers (10 bytes per parameter), Megatron's fused GEMM does it (0), PyTorch's
-    AccumulateGrad from the second micro-batch on; frameworks.loss_bytes_per_logit: nanotron's
+    AccumulateGrad from the second micro-batch on; kernels.loss_bytes_per_logit: nanotron's
     unfused fp32 cross-entropy, 38 + 14 bytes per logit. Both land in the stage costs as memory-
     bound time at the profile's HBM rate."""
     from calculators.time.compute import memory_time, output_layer_time
-    from calculators.specs.frameworks import grad_accumulation_bytes, loss_bytes_per_logit
+    from calculators.specs.frameworks import grad_accumulation_bytes
+    from calculators.specs.kernels import loss_bytes_per_logit
     from calculators.memory.estimate import kind_params
     assert grad_accumulation_bytes("nanotron", 1, 1) == grad_accumulation_bytes("nanotron", 0, 8) == 10
     assert grad_accumulation_bytes("megatron", 1, 8) == 0

@@ -227,7 +227,7 @@ def test_every_part_of_a_step_has_its_colour_everywhere():
 def test_the_rooflines_attention_point_is_the_time_models(gpu, kernel):
     """The roofline's caption says its points run at the rates the time model gives them: the
     attention point is the kernel layer_time costs for the layout's framework on that GPU."""
-    from calculators.specs.frameworks import layout_attention
+    from calculators.specs.kernels import layout_attention
     from calculators.time.attention import attention_time
     from calculators.time.flops import attention_flops
     from calculators.time.profiles import default_profile

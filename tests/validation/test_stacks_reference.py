@@ -68,7 +68,7 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
     experts run Transformer Engine's per-expert loop (16 and 8 local experts; H100, B200, GB200).
     The other Megatron FP8 MoE runs (Qwen3-235B-A22B, DeepSeek-V3: 2 to 32 local experts) are the
     check: from 15.1% median error without it to under 8% with it."""
-    from calculators.specs.frameworks import expert_kernel
+    from calculators.specs.kernels import expert_kernel
     from calculators.time import host
     moe = [s.run for s in scored[0] if s.run.model.moe_layers and s.run.measured and s.predicted
            and s.run.par.framework == "megatron" and s.run.par.precision == "fp8"]

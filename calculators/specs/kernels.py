@@ -1,0 +1,110 @@
+"""Which kernel a framework runs for the attention core, the cross-entropy and a GPU's local
+experts, and what the loss's kernels move and keep. `parallel.attention`, `parallel.loss` and
+`parallel.experts` override the framework's choice; the time and memory models ask here."""
+from __future__ import annotations
+
+from .hardware import BLACKWELL
+
+
+def attention_kernel(framework: str, gpu_name: str = "") -> str:
+    """The attention kernel a framework runs by default on this GPU (calculators/time/attention.py):
+
+    - megatron: cuDNN. Transformer Engine's DotProductAttention prefers its FusedAttention
+      backend (cuDNN's flash-style kernels) over flash-attn on sm90 (NVTE_FUSED_ATTN defaults on);
+    - fsdp2 (torchtitan): FlashAttention-2, the flash backend PyTorch's scaled_dot_product_attention
+      picks first on CUDA (its vendored FA2 kernels); on Blackwell cuDNN, which torchtitan puts
+      first in SDPA's backend list on devices of compute capability 10.0 and up (3b85aa31f,
+      2025-05-14, "Use cudnn backend on B200");
+    - nanotron: FlashAttention-2 (the flash-attn package's flash_attn_varlen_func);
+    - deepspeed (Hugging Face modules, attn_implementation sdpa or flash_attention_2): FlashAttention-2.
+    `parallel.attention` overrides it (fa2, fa3, cudnn)."""
+    if framework == "megatron" or (framework == "fsdp2" and gpu_name in BLACKWELL):
+        return "cudnn"
+    return "fa2"
+
+
+def layout_attention(par, gpu_name: str) -> str:
+    """The attention kernel a layout runs on this GPU: `parallel.attention` where set, else its
+    framework's default (attention_kernel)."""
+    return par.attention or attention_kernel(par.framework, gpu_name)
+
+
+def loss_kernel(par) -> str:
+    """How a framework runs its cross-entropy over the logits (`parallel.loss` overrides it):
+
+    - megatron: "fused", its vocabulary-parallel cross-entropy in one kernel each way
+      (cross_entropy_loss_fusion, on in NVIDIA's recipes);
+    - nanotron: "nanotron", its sharded_cross_entropy, unfused in fp32;
+    - fsdp2 (torchtitan): "compiled" under torch.compile, else "eager". torchtitan compiles its
+      loss function whenever training.compile is on since 2025-04-02 (commit bbb1b616e,
+      torchtitan/components/loss.py build_cross_entropy_loss); runs before that compiled the
+      model only (say loss="eager");
+    - deepspeed: "eager", PyTorch's F.cross_entropy on an fp32 upcast of the logits.
+    """
+    if par.loss:
+        return par.loss
+    if par.framework == "megatron":
+        return "fused"
+    if par.framework == "nanotron":
+        return "nanotron"
+    return "compiled" if par.framework == "fsdp2" and par.compile else "eager"
+
+
+def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, int]]:
+    """HBM bytes per logit, and kernels, of the loss's element-wise passes over the bf16 logits
+    (kernel: loss_kernel's): ((forward bytes, kernels), (backward bytes, kernels)).
+
+    - nanotron: its sharded_cross_entropy runs unfused in fp32. Forward: the cast to fp32 (read 2,
+      write 4), the max (read 4), subtracting it (4 + 4), exp (4 + 4), the sum (4), dividing by it
+      for the saved softmax (4 + 4): 38 bytes in 6 kernels. Backward: scaling the softmax by the
+      loss's gradient (4 + 4) and the cast back to bf16 (4 + 2): 14 in 2. Counting 16 bytes
+      instead put the one-node TP 1 runs, whose 131,072-entry vocabulary TP does not shard, 9% too
+      fast (median); 2% with this count and the host time refitted to it.
+    - compiled: Inductor fuses the upcast, the log-sum-exp and the gather into one reduction over
+      the bf16 logits (read 2), and the backward into one pass that reads them again and writes
+      the bf16 gradient (2 + 2).
+    - the others: 8 and 8, about four fp32 passes. NVIDIA's Megatron recipes turn on
+      cross_entropy_loss_fusion (one fused kernel each way); DeepSpeed's eager loss has not been
+      counted pass by pass.
+    """
+    if kernel == "nanotron":
+        return (38.0, 6), (14.0, 2)
+    if kernel == "compiled":
+        return (2.0, 1), (4.0, 1)
+    return (8.0, 2), (8.0, 2)
+
+
+def loss_activation_bytes(kernel: str) -> tuple[float, float]:
+    """(bytes per logit kept from the loss's forward to its backward, bytes per logit transient
+    beside them at the peak), for loss_kernel's kernels; checked against what PyTorch saves in
+    tests/calculators/test_activations_torch.py:
+
+    - eager: F.cross_entropy keeps its fp32 log-softmax (4); the bf16 logits and the fp32 upcast
+      are transient (2 + 4);
+    - compiled: Inductor's partitioner keeps the bf16 logits (2) and the per-token log-sum-exp
+      and recomputes the softmax in backward, whose bf16 gradient is the transient (2);
+    - fused (Megatron's vocabulary-parallel loss): its fp32 softmax (4), the bf16 logits or their
+      gradient beside it (2);
+    - nanotron: the fp32 softmax (4); it casts the logits to fp32 in a pipeline block and makes a
+      contiguous transposed copy before its loss: 2 + 4 + 4 transient.
+    """
+    return {"compiled": (2.0, 2.0), "fused": (4.0, 2.0), "nanotron": (4.0, 10.0)}.get(kernel, (4.0, 6.0))
+
+
+def expert_kernel(par) -> str:
+    """How a framework runs one GPU's local experts (`parallel.experts` overrides it):
+
+    - megatron: "loop". TEGroupedMLP's Transformer Engine GroupedLinear takes the tokens per expert
+      as a Python list (`m_splits.tolist()`, a device-to-host sync) and loops over its experts in
+      Python and C++: one GEMM launch per expert and, in FP8, each expert's weight and input
+      quantized for itself (transformer_engine/pytorch/module/grouped_linear.py);
+    - deepspeed (Hugging Face modules): "loop", the MoE block's Python loop over the experts a
+      batch hit, found with a device-to-host read (transformers 4.57's Mixtral and Qwen3-MoE
+      blocks: `.nonzero()`, then `for expert_idx in expert_hit`), one module call per expert;
+    - fsdp2 (torchtitan): "fused", one grouped kernel over all local experts (torch._grouped_mm);
+      nanotron: "fused" (no MoE run of it is modelled).
+    Megatron's cuteDSL fused grouped MLP (cutedsl_fused_grouped_mlp) and TE's grouped-tensor path
+    are "fused"."""
+    if par.experts:
+        return par.experts
+    return "loop" if par.framework in ("megatron", "deepspeed") else "fused"
