@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from calculators.memory.estimate import estimate_memory
+from calculators.time.host import EXPERT_LOOP_FP8_MS, expert_loop_host
 from calculators.time.step import estimate_step
 from playbook.plots import breakdown_bar
 
@@ -26,6 +27,10 @@ def compute(v: dict):
             f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
             f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU and HFU are over the dense BF16 peak, "
             f"FP8 runs too, so FP8's speed-up shows as a higher MFU. Attention: {step.attention}.")
+    if any(expert_loop_host(model, par, True)):
+        local = model.moe.experts // par.ep
+        text += (f" Host bound includes the experts' FP8 loop: {local} local experts x {EXPERT_LOOP_FP8_MS} ms per "
+                 "MoE layer and micro-batch (fitted on Megatron-Bridge's runs; experts `fused` removes it).")
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text
 
 

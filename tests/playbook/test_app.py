@@ -169,6 +169,19 @@ def test_planner_widget_dispatches_through_deepep_when_installed():
     assert not any("deepep" in row[1] for row in rows)
 
 
+def test_step_widget_says_what_the_experts_host_time_is():
+    """The FP8 per-expert loop shows as host time in the step's breakdown; the note says how much
+    and that it is fitted, and says nothing where the experts are fused or run in BF16."""
+    from playbook.widgets import step
+    v = dict(model="qwen3-30b-a3b", gpu="H100-80GB", nodes=1, gpn=8, fit="dp", tp=1, pp=1, ep=8, zero=1, mbs=1,
+             gbs=64, seq=4096, precision="fp8", experts="")
+    fig, note = step.compute(v)
+    assert "16 local experts x 0.22 ms" in note and "fitted" in note
+    assert any("host" in str(trace.get("name", "")).lower() for trace in fig.data)
+    for change in ({"experts": "fused"}, {"precision": "bf16"}):
+        assert "experts' FP8 loop" not in step.compute({**v, **change})[1]
+
+
 def test_an_upload_event_given_a_server_path_reads_nothing(demo):
     """The config.json upload hands its handler a path: one a client names (not one it uploaded)
     is refused by Gradio before the handler runs, so no server file reaches the page."""
