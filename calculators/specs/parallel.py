@@ -71,7 +71,8 @@ class ParallelConfig:
                 object.__setattr__(self, key, tuple(getattr(self, key)))
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
-        p = check_fields(self, "parallel", limits.PARALLEL, flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
+        p = check_fields(self, "parallel", limits.PARALLEL,
+                         flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS})
@@ -201,6 +202,16 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 lambda: f"interleaved 1F1B needs microbatches m = gbs/(dp*mbs) = {m} divisible by pp={pp}")
     if par.schedule == "dualpipe":
         require(p, m >= 2 * pp, lambda: f"dualpipe needs microbatches m = {m} >= 2*pp = {2 * pp}")
+    if par.ep_overlap and par.schedule != "dualpipe":
+        # Megatron's overlap_moe_expert_parallel_comm asserts these (transformer_config.py)
+        require(p, e > 1, "ep_overlap hides the expert-parallel dispatch: it needs ep > 1")
+        require(p, pp == 1 or v > 1, lambda: f"ep_overlap with pp={pp} needs interleaved stages (vpp >= 2): "
+                "Megatron's overlap_moe_expert_parallel_comm pairs micro-batches only in its interleaved schedule; "
+                "set vpp, or pp=1, or ep_overlap=false")
+        reruns = [r for r in {par.recompute, *par.recompute_ranks} if r.startswith(("full", "layer:")) or
+                  "moe" in modules(r)]
+        require(p, not reruns, lambda: f"ep_overlap cannot rerun the experts' dispatch in backward (recompute "
+                f"{', '.join(sorted(reruns))}); Megatron allows no full recompute and no 'moe' module with it")
     if pp > 1 and m < pp and par.schedule in ("1f1b", "zb"):
         w.append(f"only m={m} microbatches for pp={pp} stages: the pipeline never fills "
                  f"(bubble (p-1)/m = {(pp - 1) / m:.2f}); raise gbs or lower mbs")

@@ -12,7 +12,8 @@ mechanism below decides it):
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
   (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
-  of the paired micro-batch's compute that Megatron's schedule runs beside it (paired_hidden).
+  of the paired micro-batch's compute that Megatron's schedule runs beside it (paired_hidden), on
+  the micro-batches that schedule pairs (paired_share).
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
             dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile, moe.group_limit)
             if par.dispatcher == "deepep"
             else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
-        hidden = paired_hidden(lt, a2a) if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
+        hidden = paired_hidden(lt, a2a) * (1.0 if par.schedule == "dualpipe" else paired_share(par)) \
+            if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
         if par.dispatcher == "deepep":    # the compute beside DeepEP's kernels runs on the SMs they leave
             hidden *= 1 - profile.dispatch_sm_share
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
@@ -99,6 +101,20 @@ def paired_hidden(lt, a2a: float) -> float:
     end = max(max(db_end, mf_end) + one, max(mf_end, db_end) + ab)
     exposed = max(0.0, end - (af + ab + mf + mb))
     return 1.0 - min(1.0, exposed / (4 * one)) if one > 0 else 1.0
+
+
+def paired_share(par) -> float:
+    """The share of a rank's micro-batch forwards (and as many backwards) that Megatron's combined
+    1F1B schedule (overlap_moe_expert_parallel_comm) runs beside another micro-batch's backward.
+    Without PP the first forward and the last backward run alone
+    (pipeline_parallel/combined_1f1b.py, combined_1f1b_schedule_for_no_pipelining). With PP (which
+    it allows only interleaved) each rank's warmup forwards run alone, and as many cooldown
+    backwards: (pp - rank - 1) * 2 + (vpp - 1) * pp + 1, the one extra so that every paired
+    forward and backward are independent (schedules.py, get_pp_rank_microbatches), pp - 1 + (vpp -
+    1) * pp + 1 averaged over the ranks, out of the rank's m * vpp chunks."""
+    chunks = par.microbatches * par.vpp
+    alone = 1 if par.pp == 1 else par.pp - 1 + (par.vpp - 1) * par.pp + 1
+    return 1.0 - min(alone, chunks) / chunks if chunks > 0 else 0.0
 
 
 def tp_hidden(par, comm: float, gemm: float, profile) -> float:

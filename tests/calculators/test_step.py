@@ -1,6 +1,7 @@
 """Step time: the contract's numbers agree with each other and move the right way."""
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -386,9 +387,39 @@ def test_routing_imbalance_and_megatrons_expert_parallel_overlap():
     assert skewed.breakdown["ep_exposed"] == pytest.approx(1.5 * base.breakdown["ep_exposed"])
     assert skewed.time_s > base.time_s
     overlapped = estimate_step(qwen, cluster, replace(par, ep_overlap=True), PROF)
-    # all of it hidden but for the compute its kernels' SMs take (profile.dispatch_sm_share)
-    assert overlapped.breakdown.get("ep_exposed", 0.0) < (PROF.dispatch_sm_share + 0.1) * base.breakdown["ep_exposed"]
+    # all of it hidden but for the compute its kernels' SMs take (profile.dispatch_sm_share) and the
+    # first forward and last backward of the m = 8 micro-batches, which run alone (paired_share)
+    alone = 1 - (1 - PROF.dispatch_sm_share) * 7 / 8
+    assert overlapped.breakdown.get("ep_exposed", 0.0) < (alone + 0.1) * base.breakdown["ep_exposed"]
     assert overlapped.time_s < base.time_s
+
+
+def test_megatron_pairs_micro_batches_only_after_the_warmup():
+    """Megatron's combined 1F1B (overlap_moe_expert_parallel_comm) runs the first forward and the
+    last backward alone without PP, and each rank's warmup forwards (and as many cooldown
+    backwards) alone with interleaved PP: (pp - rank - 1) * 2 + (vpp - 1) * pp + 1 of its m * vpp
+    chunks, pp - 1 + (vpp - 1) * pp + 1 on average. More micro-batches hide more; with PP it
+    needs the interleaved schedule, as Megatron asserts."""
+    from calculators.time.layercomm import paired_share
+    assert paired_share(ParallelConfig(dp=8, gbs=32, ep_overlap=True)) == pytest.approx(3 / 4)
+    assert paired_share(ParallelConfig(dp=8, gbs=8, ep_overlap=True)) == 0.0         # one micro-batch
+    inter = ParallelConfig(dp=4, pp=4, vpp=2, schedule="interleaved", gbs=64, ep_overlap=True)
+    assert inter.microbatches == 16
+    assert paired_share(inter) == pytest.approx(1 - (3 + 4 + 1) / 32)
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(H100, nodes=4)
+    par = ParallelConfig(dp=32, ep=8, gbs=256, seq=4096, dispatcher="deepep", ep_overlap=True)
+    few, many = (estimate_step(qwen, cluster, replace(par, gbs=g), PROF).breakdown for g in (64, 1024))
+    assert few["ep_exposed"] / (few["ep_exposed"] + few["ep_hidden"]) > \
+        many["ep_exposed"] / (many["ep_exposed"] + many["ep_hidden"])
+    with pytest.raises(ConfigError, match="ep_overlap with pp=2 needs interleaved stages"):
+        check_layout(qwen, cluster, ParallelConfig(dp=16, pp=2, ep=8, gbs=256, seq=4096, ep_overlap=True))
+    for recompute in ("full", "layer:2", "moe_act+moe"):
+        with pytest.raises(ConfigError, match=f"recompute {re.escape(recompute)}"):
+            check_layout(qwen, cluster, replace(par, recompute=recompute))
+    with pytest.raises(ConfigError, match="needs ep > 1"):
+        check_layout(qwen, cluster, replace(par, ep=1))
+    check_layout(qwen, cluster, replace(par, recompute="moe_act+layernorm"))
 
 
 def test_deepep_kernels_take_the_sms_the_overlapped_compute_would_use():
