@@ -21,6 +21,7 @@ import threading
 
 from .specs import limits
 from .specs.errors import ConfigError
+from .specs.frameworks import grad_dtype
 from .specs.hardware import GPU_PRESETS
 from .specs.parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
 from .specs.recompute import EXPLICIT, MODULES_TEXT
@@ -183,7 +184,7 @@ def cmd_memory(args) -> int:
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
-            "schedule", "framework")})
+            "schedule", "framework", "grad_dtype")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -191,7 +192,8 @@ def cmd_memory(args) -> int:
     print(model.describe())
     print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
-          f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout\n")
+          f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
+          f"{grad_dtype(par)} gradients\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
     for s in est.stages:
@@ -247,6 +249,8 @@ def main(argv=None) -> int:
     m.add_argument("--precision", default="bf16", choices=("bf16", "fp8"))
     m.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
     m.add_argument("--framework", default="megatron", choices=FRAMEWORKS)
+    m.add_argument("--grad-dtype", default="", choices=("", "fp32", "bf16"),
+                   help="gradients kept and reduced in (default: the framework's; Megatron's fp32)")
     args = ap.parse_args(argv)
     if args.cmd == "estimate":
         return cmd_estimate(args)

@@ -138,6 +138,23 @@ def _experts(settings: str) -> str:
     return "fused" if re.search(r"cutedsl_fused_grouped_mlp\s*=\s*(1|true)\b", settings, re.I) else ""
 
 
+# Sources whose runs keep and reduce Megatron's gradients in bf16 (frameworks.grad_dtype): Megatron-
+# Bridge's performance recipes set ddp.grad_reduce_in_fp32=False in every model's script since the
+# first (scripts/performance, 568b3a3ef, 2025-08-28; configs/*/*_llm_pretrain.py at dabf51d9d);
+# Megatron-LM's Llama 3 example passes --grad-reduce-in-bf16 (examples/llama/train_llama3_8b_h100_fp8.sh
+# at bf6e9985) and its other rows follow NeMo's performance scripts, bf16 from 2025-06-12
+# (scripts/performance/helpers.py, ab020f6a72). NeMo 2.0 before that reduced in fp32.
+BF16_GRADS = ("megatron-bridge-", "megatron-lm-llama-example-")
+
+
+def _grad_dtype(row: dict) -> str:
+    """A row's grad_reduce=fp32|bf16 where it states one, else bf16 for the sources above."""
+    found = re.search(r"grad_reduce\s*=\s*(fp32|bf16)\b", row["other_settings"], re.I)
+    if found:
+        return found.group(1).lower()
+    return "bf16" if row["source_id"].startswith(BF16_GRADS) else ""
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -164,7 +181,7 @@ def _run(line: int, row: dict) -> Run:
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
-                         experts=_experts(row["other_settings"]))
+                         experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
-from ..specs.frameworks import bytes_per_param, retained_buffers
+from ..specs.frameworks import bytes_per_param, grad_dtype, retained_buffers
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split
@@ -158,7 +158,7 @@ class _Context:
 
     def __init__(self, model: ModelSpec, par: ParallelConfig):
         self.model, self.par = model, par
-        layout = bytes_per_param(par.framework, par.zero, par.dp)
+        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par))
         dense_shard = par.dp * par.cp
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters

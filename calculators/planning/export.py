@@ -16,6 +16,7 @@ from .explain import runs_text as split_text
 from ..memory.estimate import pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
+from ..specs.frameworks import grad_dtype
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
 from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
@@ -117,6 +118,8 @@ def _megatron(model, cluster, par, _ref):
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if par.precision == "fp8":
         a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
+    if grad_dtype(par) == "bf16":
+        a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
     if par.schedule in ("zb", "dualpipe"):
         notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
                      "adds zero-bubble / DualPipe scheduling)")
@@ -197,6 +200,10 @@ def _torchtitan(model, cluster, par, _ref):
         lines += ["", "[compile]", "enable = true", f"components = [{components}]"]
     if par.precision == "fp8":
         lines += ["", "[model]", 'converters = ["float8"]']
+    if par.grad_dtype == "bf16":
+        notes.append("grad_dtype=bf16: torchtitan's [training] mixed_precision_reduce offers float32 only; "
+                     "reduce in bf16 with fully_shard(mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)) "
+                     "in your own code, or expect the step with fp32 reductions")
     if par.tp > 1 and not par.sp:
         notes.append("torchtitan always uses sequence parallelism with TP")
     return "\n".join(lines), notes
@@ -209,6 +216,9 @@ def _deepspeed(model, cluster, par, _ref):
            "zero_optimization": {"stage": min(par.zero, 3), "overlap_comm": True, "contiguous_gradients": True}}
     if par.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": par.tp}
+    if par.grad_dtype == "fp32":
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        cfg["communication_data_type"] = "fp32"
     if par.recompute != "none":
         cfg["activation_checkpointing"] = {"partition_activations": par.tp > 1, "contiguous_memory_optimization": True}
         if par.recompute == "selective":

@@ -154,6 +154,7 @@ class _Search:
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
+                                      grad_dtype="bf16" if "bf16" in sp["grad_dtype"] else sp["grad_dtype"][0],
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

@@ -12,7 +12,8 @@ costs `replicated + sharded / shard` per parameter.
 | fsdp2     | 16 | 8 + 8/d  | 2 + 16/d | 16/d | fp32 sharded params, bf16 compute (torchtitan's MixedPrecisionPolicy) |
 | nanotron  | 20 (18 at d = 1) | 10 + 14/d| -        | -    | fitted to 1,734 measured runs (validation/memory.py) |
 
-FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
+With `parallel.grad_dtype` "bf16" (grad_dtype), Megatron's main grads take 2 bytes, not 4 (16 at
+Z0), and DeepSpeed's "fp32" takes 4. FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
 backward (the 2 replicated bytes). nanotron keeps bf16 grads and an fp32 accumulation buffer; its
 ZeRO-1 adds a bf16 buffer (2 + 2/d) that the measurements show and that matches a gather buffer
 for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's layout. Its ZeRO-0
@@ -42,22 +43,52 @@ LIMITS = {
 MAX_ZERO_WITH_PP = {"deepspeed": 1}
 
 
-def bytes_per_param(framework: str, zero: int, dp: int = 2) -> dict[str, tuple[float, float]]:
+# The dtype each framework keeps its gradients for the optimizer in and reduces them across data-
+# parallel ranks in, where `parallel.grad_dtype` is empty (see grad_dtype).
+GRAD_DTYPE = {"megatron": "fp32", "fsdp2": "fp32", "deepspeed": "bf16", "nanotron": "fp32"}
+
+
+def grad_dtype(par) -> str:
+    """"fp32" or "bf16": the gradients' dtype for the optimizer and on the wire (`parallel.grad_dtype`,
+    else the framework's):
+
+    - megatron: its main-grad buffer, which the data-parallel reduce-scatter or all-reduce works in:
+      fp32 by default with bf16 training (megatron/training/arguments.py turns on
+      accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16), as in NeMo 2.0
+      (MegatronMixedPrecision's grad_reduce_in_fp32=True); bf16 in Megatron-Bridge's performance
+      recipes (ddp.grad_reduce_in_fp32=False since its first, 568b3a3ef), NeMo's performance
+      scripts from 2025-06-12 (ab020f6a72) and Megatron-LM's Llama 3 example
+      (examples/llama/train_llama3_8b_h100_fp8.sh). It sets the buffer's bytes per parameter;
+    - fsdp2: torchtitan's mixed_precision_reduce (float32 by default): the reduce-scatter's dtype;
+      the sharded gradients stay in the fp32 parameters' dtype either way;
+    - deepspeed: bf16 with bf16 training (its gradients are the bf16 parameters' own);
+    - nanotron: fp32 accumulation, part of its fitted layout (no other choice)."""
+    return par.grad_dtype or GRAD_DTYPE[par.framework]
+
+
+def grad_reduce_bytes(par) -> int:
+    """Bytes per gradient element the data-parallel reduction moves (grad_dtype)."""
+    return 4 if grad_dtype(par) == "fp32" else 2
+
+
+def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "") -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
-    (no DDP buckets with one data-parallel rank)."""
+    (no DDP buckets with one data-parallel rank); `grads` is grad_dtype's answer where the layout
+    keeps gradients in it (megatron's main grads, deepspeed's), "" for the framework's."""
     if framework == "nanotron" and zero <= 1:
         if zero == 0:
             return {"weights": (2, 0), "grads": (6 if dp > 1 else 4, 0), "master": (4, 0), "optimizer": (8, 0)}
         return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
     if framework == "megatron":
-        w, g, m, o = 2, 4, 4, 8          # bf16 weights, fp32 main grads, fp32 master, Adam m and v
+        # bf16 weights, main grads (fp32 unless grad_dtype says bf16), fp32 master, Adam m and v
+        w, g, m, o = 2, 2 if grads == "bf16" else 4, 4, 8
     elif framework == "fsdp2":
         if zero <= 1:                    # DDP (or a sharded optimizer) over fp32 weights, autocast
             return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (8, 0) if zero == 0 else (0, 8)}
         rep = 2 if zero == 2 else 0      # gathered bf16 weights kept between forward and backward
         return {"weights": (rep, 4), "grads": (0, 4), "master": (0, 0), "optimizer": (0, 8)}
     else:                                # deepspeed, and nanotron beyond ZeRO-1
-        w, g, m, o = 2, 2, 4, 8
+        w, g, m, o = 2, 4 if grads == "fp32" else 2, 4, 8
     layout = {"weights": (w, 0), "grads": (g, 0), "master": (m, 0), "optimizer": (o, 0)}
     sharded = {1: ("master", "optimizer"), 2: ("grads", "master", "optimizer"), 3: ROLES}.get(zero, ())
     return {role: ((0, b[0]) if role in sharded else b) for role, b in layout.items()}
@@ -121,21 +152,21 @@ def param_gather_count(framework: str, zero: int, dp: int, params: float, tensor
     return max(1, layers) if framework == "fsdp2" and zero >= 2 else 1
 
 
-def shard_copy_bytes(framework: str, zero: int) -> tuple[float, float]:
+def shard_copy_bytes(framework: str, zero: int, reduce_bytes: int = 4) -> tuple[float, float]:
     """HBM bytes per gathered parameter that sharded data parallelism copies every micro-batch,
     forward and backward, beside the collectives themselves.
 
     - fsdp2, ZeRO-3: each all-gather's output is split into the layer's unsharded parameters
       (split_with_sizes_copy: read 2, write 2 bytes), in forward and again in backward; each
-      reduce-scatter's input is the unsharded bf16 gradients cast and concatenated into the fp32
-      reduce buffer (torchtitan's reduce_dtype: read 2, write 4): (4, 10);
+      reduce-scatter's input is the unsharded bf16 gradients cast and concatenated into the
+      reduce buffer in torchtitan's reduce_dtype (`reduce_bytes`: read 2, write 4 for fp32): (4, 10);
     - fsdp2, ZeRO-2 (reshard_after_forward=False): one gather per micro-batch, the same
       reduce-scatter: (4, 6);
     - deepspeed, ZeRO-3: gathers into contiguous buffers its parameters view, gradients copied into
       its contiguous reduce buffer (read 2, write 2): (0, 4);
     - everything else: (0, 0) (buffers the parameters and gradients are views of)."""
     if framework == "fsdp2" and zero >= 2:
-        return (4.0, 10.0) if zero == 3 else (4.0, 6.0)
+        return 4.0, (4.0 if zero == 3 else 0.0) + 2.0 + reduce_bytes
     if framework == "deepspeed" and zero == 3:
         return 0.0, 4.0
     return 0.0, 0.0

@@ -20,6 +20,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
+GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -61,6 +62,8 @@ class ParallelConfig:
     experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
                                  # GroupedLinear) | fused (one kernel for all); "": the framework's
                                  # (kernels.expert_kernel)
+    grad_dtype: str = ""         # gradients for the optimizer and the data-parallel reduction: fp32 | bf16;
+                                 # "": the framework's (frameworks.grad_dtype; Megatron's --grad-reduce-in-bf16)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -75,7 +78,7 @@ class ParallelConfig:
                          flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
-                                  "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS})
+                                  "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
@@ -252,6 +255,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                  "per GPU across nodes (set intra_node_gbps and inter_node_gbps)")
     if par.precision == "fp8" and cluster.gpu.fp8_tflops <= 0:
         p.append(f"{cluster.gpu.name} has no FP8 tensor cores; use precision 'bf16'")
+    if par.framework == "nanotron" and par.grad_dtype:
+        p.append("nanotron's gradient layout (bf16 gradients summed in fp32) is fitted to its runs; leave "
+                 "grad_dtype empty")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
                  f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")

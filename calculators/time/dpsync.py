@@ -10,9 +10,6 @@ from ..memory.activations import BF16
 from .comm import collective_time
 from ..specs.frameworks import grad_bucket_bytes, param_gather_count, param_gather_overlapped
 
-GRAD_REDUCE_BYTES = {"megatron": 4, "nanotron": 4, "deepspeed": 2, "fsdp2": 4}   # fp32 or bf16 grads
-
-
 def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     """(dense, expert) parameter tensors of one layer on one GPU: each weight matrix, the norms."""
     mms = model.layer_matmuls(moe)

@@ -36,11 +36,11 @@ from . import flops as fl
 from ..memory.activations import BF16, tokens
 from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
-from .dpsync import GRAD_REDUCE_BYTES, dp_sync, layer_tensors
+from .dpsync import dp_sync, layer_tensors
 from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
-from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_sync_windows, host_scale,
-                                p2p_overlapped, shard_copy_bytes)
+from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, grad_sync_windows,
+                                host_scale, p2p_overlapped, shard_copy_bytes)
 from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
@@ -93,7 +93,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
     # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
     acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
-    copies = shard_copy_bytes(par.framework, par.zero) if par.dp * par.cp > 1 else (0.0, 0.0)
+    copies = shard_copy_bytes(par.framework, par.zero, grad_reduce_bytes(par)) if par.dp * par.cp > 1 else (0.0, 0.0)
     tp_g = group("tp", par, cluster)
     scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
@@ -239,7 +239,7 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
     f, b, w, S = costs.f, costs.b, costs.w, len(costs.f)
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
-    grad_bytes = GRAD_REDUCE_BYTES[par.framework]
+    grad_bytes = grad_reduce_bytes(par)
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
     per_tensors = {moe: layer_tensors(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same

@@ -75,6 +75,8 @@ SCENARIO = {
                    "alltoall"),
     "experts": (lambda v: gr.Radio([("framework's", ""), ("loop (one launch per expert)", "loop"),
                                     ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
+    "grad_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("bf16", "bf16")], value=v,
+                                      label="gradients kept and reduced in"), ""),
 }
 
 

@@ -60,6 +60,39 @@ def test_bytes_per_param(framework, zero, d, expected):
     assert sum(rep + sh / d for rep, sh in layout.values()) == pytest.approx(expected)
 
 
+def test_gradients_kept_and_reduced_in_bf16_or_fp32():
+    """parallel.grad_dtype: Megatron's main grads are fp32 by default (Megatron-LM turns on
+    accumulate_allreduce_grads_in_fp32 with --bf16) and bf16 with --grad-reduce-in-bf16, as NVIDIA's
+    performance recipes run: 2 bytes a parameter less, and half the bytes on the wire. DeepSpeed's
+    are bf16 unless fp32 accumulation is asked for. FSDP2's sharded gradients stay in its fp32
+    parameters' dtype; only its reduce-scatter changes. nanotron's layout is fitted: no choice."""
+    from calculators.planning.export import export
+    from calculators.specs.frameworks import grad_reduce_bytes
+    from calculators.specs.parallel import check_layout
+    from calculators.time.profiles import default_profile
+    from calculators.time.step import estimate_step
+    assert sum(bytes_per_param("megatron", 0, 8, "bf16")["grads"]) == 2
+    assert sum(rep + sh / 8 for rep, sh in bytes_per_param("megatron", 1, 8, "bf16").values()) == 4 + 12 / 8
+    assert sum(bytes_per_param("deepspeed", 0, 8, "fp32")["grads"]) == 4
+    assert bytes_per_param("fsdp2", 3, 8, "bf16") == bytes_per_param("fsdp2", 3, 8)
+    m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 4, 8)
+    par = ParallelConfig(dp=32, zero=1, gbs=256, seq=4096)
+    fp32, bf16 = (estimate_memory(m, c, replace(par, grad_dtype=g)).worst for g in ("", "bf16"))
+    assert fp32.grads_gib == pytest.approx(2 * bf16.grads_gib)
+    assert fp32.optimizer_gib == bf16.optimizer_gib
+    assert grad_reduce_bytes(par) == 4 and grad_reduce_bytes(replace(par, grad_dtype="bf16")) == 2
+    assert grad_reduce_bytes(replace(par, framework="deepspeed")) == 2
+    prof = default_profile("H100-80GB")
+    a, b = (estimate_step(m, c, replace(par, grad_dtype=g), prof).breakdown for g in ("", "bf16"))
+    assert b["dp_exposed"] + b["dp_hidden"] < 0.7 * (a["dp_exposed"] + a["dp_hidden"])
+    script, _ = export("megatron", m, c, replace(par, grad_dtype="bf16"))
+    assert "--grad-reduce-in-bf16" in script and "--grad-reduce-in-bf16" not in export("megatron", m, c, par)[0]
+    with pytest.raises(ConfigError, match="nanotron's gradient layout"):
+        check_layout(m, c, replace(par, framework="nanotron", grad_dtype="bf16"))
+    with pytest.raises(ConfigError, match="grad_dtype must be one of"):
+        ParallelConfig(grad_dtype="fp16")
+
+
 def test_zero_shards_over_dp_times_cp_and_tp_divides_weights():
     m = model_from_name("llama3-8b")
     c = ClusterSpec(H100, 2, 8)

@@ -383,3 +383,16 @@ def test_fused_experts_are_planned_only_where_allowed():
     assert any("use_transformer_engine_op_fuser" in n for n in notes)
     with pytest.raises(ConfigError, match="experts"):
         plan(qwen, cluster, 4096, 512, {"experts": "grouped"})
+
+
+def test_bf16_gradients_are_planned_only_where_allowed():
+    """Keeping and reducing gradients in bf16 (grad_dtype) is a numerics choice: a plan keeps the
+    framework's fp32 unless the constraints allow bf16, and then takes it (less memory, fewer bytes)."""
+    llama = model_from_name("llama3-8b")
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=2)
+    need = {"tp": 1, "pp": 1, "cp": 1}
+    kept = plan(llama, cluster, 4096, 256, need).plans[0]
+    halved = plan(llama, cluster, 4096, 256, {**need, "grad_dtype": ["", "bf16"]}).plans[0]
+    assert kept.par.grad_dtype == "" and halved.par.grad_dtype == "bf16" and "grads=bf16" in halved.label()
+    with pytest.raises(ConfigError, match="grad_dtype"):
+        plan(llama, cluster, 4096, 256, {"grad_dtype": "fp16"})

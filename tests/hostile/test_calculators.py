@@ -200,7 +200,8 @@ VALID = {"model": {"preset": "llama3-8b"}, "hardware": {"gpu": "H100-80GB", "nod
 PATHS = [("model", "preset"), ("hardware", "gpu"), ("hardware", "nodes"), ("hardware", "gpus_per_node"),
          ("hardware", "profile")] + [("parallel", k) for k in (
              "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "schedule",
-             "precision", "framework", "split", "recompute_ranks", "flash", "tp_overlap", "dispatcher", "experts")]
+             "precision", "framework", "split", "recompute_ranks", "flash", "tp_overlap", "dispatcher", "experts",
+             "grad_dtype")]
 FAST = settings(max_examples=150, deadline=int(SECOND * 1000), suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -85,6 +85,15 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
     assert median_error(fit) >= 0.3 and median_error(held) >= 0.13
 
 
+def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
+    """Megatron-Bridge's performance recipes and Megatron-LM's Llama 3 example reduce gradients in
+    bf16 (stacks.BF16_GRADS); NeMo 2.0's benchmarks before 2025-06 kept Megatron's fp32."""
+    runs = [s.run for s in scored[0]]
+    bridge = [r for r in runs if r.source.startswith("megatron-bridge-")]
+    assert bridge and all(r.par.grad_dtype == "bf16" for r in bridge)
+    assert all(r.par.grad_dtype == "" for r in runs if r.source.startswith("dgxc-benchmarking-"))
+
+
 def test_memory_is_reported_per_framework(scored):
     """torchtitan's published peaks (reserved, op-level SAC, its loss compiled or not): within 15%
     at the median, not yet within 10% (B200's 33.7 GiB against MI300X's 39.1 for the same
