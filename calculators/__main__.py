@@ -184,7 +184,7 @@ def cmd_memory(args) -> int:
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
-            "schedule", "framework", "grad_dtype")})
+            "schedule", "framework", "grad_dtype", "moment_dtype")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -193,7 +193,7 @@ def cmd_memory(args) -> int:
     print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
           f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
-          f"{grad_dtype(par)} gradients\n")
+          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
     for s in est.stages:
@@ -251,6 +251,8 @@ def main(argv=None) -> int:
     m.add_argument("--framework", default="megatron", choices=FRAMEWORKS)
     m.add_argument("--grad-dtype", default="", choices=("", "fp32", "bf16"),
                    help="gradients kept and reduced in (default: the framework's; Megatron's fp32)")
+    m.add_argument("--moment-dtype", default="", choices=("", "fp32", "bf16"),
+                   help="Adam's moments (bf16: Megatron's precision-aware optimizer; default fp32)")
     args = ap.parse_args(argv)
     if args.cmd == "estimate":
         return cmd_estimate(args)

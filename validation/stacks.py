@@ -155,6 +155,16 @@ def _grad_dtype(row: dict) -> str:
     return "bf16" if row["source_id"].startswith(BF16_GRADS) else ""
 
 
+def _moment_dtype(row: dict) -> str:
+    """bf16 where a row states exp_avg_dtype=bf16, and for Megatron-MoE-ModelZoo's FP8 runs, whose
+    script passes --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 for
+    fp8 and mxfp8 (sbatch_benchmarking.sh); else "" (fp32)."""
+    if re.search(r"exp_avg_dtype\s*=\s*bf16\b", row["other_settings"], re.I):
+        return "bf16"
+    modelzoo_fp8 = row["source_id"].startswith("megatron-moe-modelzoo-") and row["precision"].strip().lower() == "fp8"
+    return "bf16" if modelzoo_fp8 else ""
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -181,7 +191,8 @@ def _run(line: int, row: dict) -> Run:
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
-                         experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row))
+                         experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row),
+                         moment_dtype=_moment_dtype(row))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

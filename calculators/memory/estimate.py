@@ -158,7 +158,7 @@ class _Context:
 
     def __init__(self, model: ModelSpec, par: ParallelConfig):
         self.model, self.par = model, par
-        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par))
+        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype)
         dense_shard = par.dp * par.cp
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters

@@ -42,6 +42,7 @@ def label(p: ParallelConfig) -> str:
     parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
     parts += [f"experts={p.experts}"] if p.experts else []
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
+    parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
     if p.split:

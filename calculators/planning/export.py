@@ -120,6 +120,8 @@ def _megatron(model, cluster, par, _ref):
         a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
     if grad_dtype(par) == "bf16":
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
+    if par.moment_dtype == "bf16":
+        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     if par.schedule in ("zb", "dualpipe"):
         notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
                      "adds zero-bubble / DualPipe scheduling)")

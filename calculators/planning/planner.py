@@ -155,6 +155,7 @@ class _Search:
                                       dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
                                       grad_dtype="bf16" if "bf16" in sp["grad_dtype"] else sp["grad_dtype"][0],
+                                      moment_dtype="bf16" if "bf16" in sp["moment_dtype"] else sp["moment_dtype"][0],
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

@@ -8,13 +8,13 @@ from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
-from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, GRAD_DTYPES, PRECISIONS, RECOMPUTE,
-                              SCHEDULES)
+from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, GRAD_DTYPES, MOMENT_DTYPES, PRECISIONS,
+                              RECOMPUTE, SCHEDULES)
 from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher", "experts", "grad_dtype")
+         "dispatcher", "experts", "grad_dtype", "moment_dtype")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -65,6 +65,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # the gradients' dtype: the framework's unless the user allows bf16 (a numerics choice; never
         # slower and 2 bytes a parameter less where the framework keeps them, frameworks.grad_dtype)
         "grad_dtype": [""],
+        "moment_dtype": [""],          # likewise: bf16 Adam moments only where allowed
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -78,7 +79,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         for v in sp[knob]:
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
-                          ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES)):
+                          ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES),
+                          ("moment_dtype", MOMENT_DTYPES)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:

@@ -13,7 +13,10 @@ costs `replicated + sharded / shard` per parameter.
 | nanotron  | 20 (18 at d = 1) | 10 + 14/d| -        | -    | fitted to 1,734 measured runs (validation/memory.py) |
 
 With `parallel.grad_dtype` "bf16" (grad_dtype), Megatron's main grads take 2 bytes, not 4 (16 at
-Z0), and DeepSpeed's "fp32" takes 4. FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
+Z0), and DeepSpeed's "fp32" takes 4; with `parallel.moment_dtype` "bf16" Megatron's Adam moments
+take 4, not 8.
+
+FSDP2 at Z2 is `reshard_after_forward=False`: the bf16 gathered weights stay from forward to
 backward (the 2 replicated bytes). nanotron keeps bf16 grads and an fp32 accumulation buffer; its
 ZeRO-1 adds a bf16 buffer (2 + 2/d) that the measurements show and that matches a gather buffer
 for the updated weights; it has no ZeRO-2/3, for which it is given DeepSpeed's layout. Its ZeRO-0
@@ -66,22 +69,32 @@ def grad_dtype(par) -> str:
     return par.grad_dtype or GRAD_DTYPE[par.framework]
 
 
+def optimizer_bytes(par) -> float:
+    """HBM bytes per parameter one AdamW step moves: read the gradient, read and write the fp32
+    master and the two moments, write the bf16 weight: 30 with fp32 gradients and moments, less 2
+    for bf16 gradients (grad_dtype) and 8 for bf16 moments (moment_dtype)."""
+    return 4 * 2 + 2 + grad_reduce_bytes(par) + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
+
+
 def grad_reduce_bytes(par) -> int:
     """Bytes per gradient element the data-parallel reduction moves (grad_dtype)."""
     return 4 if grad_dtype(par) == "fp32" else 2
 
 
-def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "") -> dict[str, tuple[float, float]]:
+def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "",
+                    moments: str = "") -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
     (no DDP buckets with one data-parallel rank); `grads` is grad_dtype's answer where the layout
-    keeps gradients in it (megatron's main grads, deepspeed's), "" for the framework's."""
+    keeps gradients in it (megatron's main grads, deepspeed's), "" for the framework's; `moments`
+    "bf16" keeps Adam's m and v in 2 bytes each (Megatron's precision-aware optimizer: TE's
+    FusedAdam with exp_avg_dtype and exp_avg_sq_dtype bf16, as DeepSeek-V3 tracked them)."""
     if framework == "nanotron" and zero <= 1:
         if zero == 0:
             return {"weights": (2, 0), "grads": (6 if dp > 1 else 4, 0), "master": (4, 0), "optimizer": (8, 0)}
         return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
     if framework == "megatron":
         # bf16 weights, main grads (fp32 unless grad_dtype says bf16), fp32 master, Adam m and v
-        w, g, m, o = 2, 2 if grads == "bf16" else 4, 4, 8
+        w, g, m, o = 2, 2 if grads == "bf16" else 4, 4, 4 if moments == "bf16" else 8
     elif framework == "fsdp2":
         if zero <= 1:                    # DDP (or a sharded optimizer) over fp32 weights, autocast
             return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (8, 0) if zero == 0 else (0, 8)}

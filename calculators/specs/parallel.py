@@ -21,6 +21,7 @@ ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernel
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
+MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -64,6 +65,8 @@ class ParallelConfig:
                                  # (kernels.expert_kernel)
     grad_dtype: str = ""         # gradients for the optimizer and the data-parallel reduction: fp32 | bf16;
                                  # "": the framework's (frameworks.grad_dtype; Megatron's --grad-reduce-in-bf16)
+    moment_dtype: str = ""       # Adam's moments: fp32 | bf16 (Megatron's precision-aware optimizer,
+                                 # --exp-avg-dtype / --exp-avg-sq-dtype); "": fp32
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -78,7 +81,8 @@ class ParallelConfig:
                          flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
-                                  "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES})
+                                  "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,
+                                  "moment_dtype": MOMENT_DTYPES})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
@@ -258,6 +262,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if par.framework == "nanotron" and par.grad_dtype:
         p.append("nanotron's gradient layout (bf16 gradients summed in fp32) is fitted to its runs; leave "
                  "grad_dtype empty")
+    if par.moment_dtype == "bf16" and par.framework != "megatron":
+        p.append(f"{par.framework} keeps Adam's moments in fp32; moment_dtype bf16 is Megatron's precision-aware "
+                 "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
                  f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")

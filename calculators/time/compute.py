@@ -198,7 +198,8 @@ def embedding_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile:
     return t, 2 * t
 
 
-def optimizer_time(params_local: float, gpu: GPUSpec, profile: HardwareProfile) -> float:
+def optimizer_time(params_local: float, gpu: GPUSpec, profile: HardwareProfile, per_param: float = 30.0) -> float:
     """AdamW over this GPU's shard: read grad (4), master, m, v (3 x 4, read and write), write the
-    bf16 weight (2): 30 bytes per parameter, one fused kernel per parameter group."""
-    return memory_time(30.0 * params_local, 1, gpu, profile)
+    bf16 weight (2): 30 bytes per parameter with fp32 gradients and moments (`per_param`:
+    frameworks.optimizer_bytes), one fused kernel per parameter group."""
+    return memory_time(per_param * params_local, 1, gpu, profile)

@@ -40,7 +40,7 @@ from .dpsync import dp_sync, layer_tensors
 from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, grad_sync_windows,
-                                host_scale, p2p_overlapped, shard_copy_bytes)
+                                host_scale, optimizer_bytes, p2p_overlapped, shard_copy_bytes)
 from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
@@ -269,7 +269,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
         windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
         dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
         shard = dense_g.size if par.zero >= 1 else 1
-        opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile)
+        opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile,
+                             optimizer_bytes(par))
         if dp_exposed + exposed_extra + opt >= tail:
             tail = dp_exposed + exposed_extra + opt
             tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,

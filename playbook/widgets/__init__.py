@@ -77,6 +77,8 @@ SCENARIO = {
                                     ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
     "grad_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("bf16", "bf16")], value=v,
                                       label="gradients kept and reduced in"), ""),
+    "moment_dtype": (lambda v: gr.Radio([("fp32", ""), ("bf16 (precision-aware optimizer)", "bf16")], value=v,
+                                        label="Adam moments in"), ""),
 }
 
 

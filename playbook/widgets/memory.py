@@ -15,7 +15,7 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
               f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
-        "seq", "recompute", "schedule", "framework", "grad_dtype")
+        "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype")
 
 
 def compute(v: dict):
@@ -26,7 +26,7 @@ def compute(v: dict):
             f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
-            f"layout, {grad_dtype(par)} gradients; {CONVENTION})")
+            f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments; {CONVENTION})")
     text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])
     return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
 

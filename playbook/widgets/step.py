@@ -14,7 +14,8 @@ from playbook.values import scenario_from
 from . import Widget, scenario_controls, which_model, wire
 
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
-        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher", "experts", "grad_dtype")
+        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher", "experts", "grad_dtype",
+        "moment_dtype")
 
 
 def compute(v: dict):

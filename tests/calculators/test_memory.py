@@ -93,6 +93,25 @@ def test_gradients_kept_and_reduced_in_bf16_or_fp32():
         ParallelConfig(grad_dtype="fp16")
 
 
+
+def test_adam_moments_in_bf16():
+    """parallel.moment_dtype bf16 is Megatron's precision-aware optimizer (--exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16): m and v in 2 bytes each, sharded as ZeRO shards them, and the
+    optimizer step moves 8 bytes a parameter less. Other frameworks keep fp32 moments."""
+    from calculators.planning.export import export
+    from calculators.specs.frameworks import optimizer_bytes
+    from calculators.specs.parallel import check_layout
+    assert bytes_per_param("megatron", 1, 8, moments="bf16")["optimizer"] == (0, 4)
+    m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 1, 8)
+    par = ParallelConfig(dp=8, zero=0, gbs=8, seq=4096)
+    fp32, bf16 = (estimate_memory(m, c, replace(par, moment_dtype=d)).worst for d in ("", "bf16"))
+    assert fp32.optimizer_gib == pytest.approx(2 * bf16.optimizer_gib) and fp32.master_gib == bf16.master_gib
+    assert optimizer_bytes(par) == 30 and optimizer_bytes(replace(par, moment_dtype="bf16", grad_dtype="bf16")) == 20
+    assert "--exp-avg-dtype bf16" in export("megatron", m, c, replace(par, moment_dtype="bf16"))[0]
+    with pytest.raises(ConfigError, match="fsdp2 keeps Adam's moments in fp32"):
+        check_layout(m, c, replace(par, framework="fsdp2", zero=3, moment_dtype="bf16"))
+
+
 def test_zero_shards_over_dp_times_cp_and_tp_divides_weights():
     m = model_from_name("llama3-8b")
     c = ClusterSpec(H100, 2, 8)

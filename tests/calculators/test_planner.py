@@ -396,3 +396,5 @@ def test_bf16_gradients_are_planned_only_where_allowed():
     assert kept.par.grad_dtype == "" and halved.par.grad_dtype == "bf16" and "grads=bf16" in halved.label()
     with pytest.raises(ConfigError, match="grad_dtype"):
         plan(llama, cluster, 4096, 256, {"grad_dtype": "fp16"})
+    both = plan(llama, cluster, 4096, 256, {**need, "grad_dtype": "bf16", "moment_dtype": ["", "bf16"]}).plans[0]
+    assert both.par.moment_dtype == "bf16" and "moments=bf16" in both.label()

@@ -87,11 +87,15 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
 
 def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
     """Megatron-Bridge's performance recipes and Megatron-LM's Llama 3 example reduce gradients in
-    bf16 (stacks.BF16_GRADS); NeMo 2.0's benchmarks before 2025-06 kept Megatron's fp32."""
+    bf16 (stacks.BF16_GRADS); NeMo 2.0's benchmarks before 2025-06 kept Megatron's fp32.
+    Megatron-MoE-ModelZoo's FP8 runs keep Adam's moments in bf16, its BF16 runs in fp32."""
     runs = [s.run for s in scored[0]]
     bridge = [r for r in runs if r.source.startswith("megatron-bridge-")]
     assert bridge and all(r.par.grad_dtype == "bf16" for r in bridge)
     assert all(r.par.grad_dtype == "" for r in runs if r.source.startswith("dgxc-benchmarking-"))
+    zoo = [r for r in runs if r.source.startswith("megatron-moe-modelzoo-")]
+    assert {r.par.moment_dtype for r in zoo if r.par.precision == "fp8"} == {"bf16"}
+    assert {r.par.moment_dtype for r in zoo if r.par.precision == "bf16"} == {""}
 
 
 def test_memory_is_reported_per_framework(scored):
