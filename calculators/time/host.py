@@ -29,8 +29,8 @@ from .profiles import HardwareProfile
 # twelve Qwen3-30B-A3B runs without fused experts in validation.stacks (16 and 8 local experts;
 # H100, B200, GB200; Megatron-Bridge 25.11 to 26.06): 43.6% -> 3.9%. Checked on the runs it was
 # not fitted on (Qwen3-235B-A22B and DeepSeek-V3 in FP8, 2 to 32 local experts, H100, B200 and
-# GB200): median 14.1% -> 6.7%; the B200 runs with 16 and 32 local experts went from +34..+72% to
-# -4..+12%; validation.published's MoE rows (nothing fitted to them) from 87% to 26%. The same
+# GB200): median 14.1% -> 5.6%; the B200 runs with 16 and 32 local experts went from +34..+72% to
+# -5..+12%; validation.published's MoE rows (nothing fitted to them) from 87% to 26%. The same
 # stacks' configs with the experts fused (Transformer Engine's op fuser, Megatron-Bridge's
 # cutedsl_fused_grouped_mlp, with full-iteration CUDA graphs; at dabf51d9d) pay none and come out
 # +11 to +16%. BF16 runs pay none: no per-expert quantization, and the BF16 runs with 16 local
