@@ -184,7 +184,7 @@ def cmd_memory(args) -> int:
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
-            "schedule", "framework", "grad_dtype", "moment_dtype")})
+            "schedule", "framework", "grad_dtype", "moment_dtype", "offload_layers")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -240,6 +240,8 @@ def main(argv=None) -> int:
                                                           "GPUs / (tp*pp*cp))")
     for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs"):
         m.add_argument(f"--{k}", type=int, default=0 if k == "zero" else 1)
+    m.add_argument("--offload-layers", type=int, default=0,
+                   help="layers whose activations wait in host memory (Megatron's --cpu-offloading-num-layers)")
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")
     m.add_argument("--seq", type=int, default=4096)
     m.add_argument("--sp", action="store_true", help="sequence parallelism with TP")

@@ -24,8 +24,8 @@ ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "fp32 master": "#72b
 # one colour per kind of time, in every chart of a step's parts; a hidden (overlapped) part keeps
 # its kind's colour, hatched
 TIME_COLOR = {"compute": "#4c78a8", "recompute": "#9ecae9", "host": "#bab0ac", "tp": "#e45756", "cp": "#ff9da6",
-              "ep": "#b279a2", "pp": "#9d755d", "dp": "#f58518", "bubble": "#eeca3b", "optimizer": "#54a24b",
-              "other": "#72b7b2"}
+              "ep": "#b279a2", "offload": "#d6616b", "pp": "#9d755d", "dp": "#f58518", "bubble": "#eeca3b",
+              "optimizer": "#54a24b", "other": "#72b7b2"}
 HIDDEN = "/"
 KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
 KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}

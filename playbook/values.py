@@ -113,7 +113,8 @@ def scenario_from(values: dict):
         sizes["dp"] = cluster.world // split
     elif fit == "given" and "dp" in values:
         sizes["dp"] = whole(values, "dp")
-    par = {**sizes, **{k: whole(values, k) for k in ("ep", "vpp", "zero", "mbs", "gbs", "seq") if k in values}}
+    par = {**sizes, **{k: whole(values, k) for k in ("ep", "vpp", "zero", "mbs", "gbs", "seq", "offload_layers")
+                       if k in values}}
     if values.get("batch") == "follows" and "gbs" in par:
         unit = par.get("dp", 1) * par.get("mbs", 1)
         par["gbs"] = unit * max(1, round(par["gbs"] / unit))

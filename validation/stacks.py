@@ -165,6 +165,12 @@ def _moment_dtype(row: dict) -> str:
     return "bf16" if modelzoo_fp8 else ""
 
 
+def _offload(settings: str) -> int:
+    """The layers a row's Megatron offloads activations of (cpu_offloading_num_layers=N), else 0."""
+    found = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", settings)
+    return int(found.group(1)) if found else 0
+
+
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -192,7 +198,7 @@ def _run(line: int, row: dict) -> Run:
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
                          experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row),
-                         moment_dtype=_moment_dtype(row))
+                         moment_dtype=_moment_dtype(row), offload_layers=_offload(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

@@ -201,6 +201,11 @@ class _Context:
                 dense, expert, saved = dense + n * d, expert + n * e, saved + n * s
                 working = max(working, w)
                 present.append(moe)
+        if par.offload_layers and n_layers:
+            # Transformer Engine's CPU offload copies the saved tensors of the first offload_layers
+            # layers to host memory after their forward and brings each back one layer ahead of its
+            # backward (double-buffered): the GPU keeps the other layers and one layer in flight
+            saved *= (n_layers - min(par.offload_layers, n_layers) + 1) / n_layers
         if first:
             dense += self.head + model.positions * model.hidden
         if last:

@@ -15,6 +15,7 @@ TIMED_REJECTS = 400              # out-of-memory candidates timed to find the mo
 LABELS = {"compute": "compute", "recompute": "recomputation",
           "host_bound": "GPU waiting for the host to launch work", "tp_exposed": "exposed TP communication",
           "cp_exposed": "exposed CP communication", "ep_exposed": "exposed EP all-to-all",
+          "offload_exposed": "exposed activation copies to and from the host",
           "other": "embedding, output layer and loss, gradient accumulation, pipeline sends",
           "bubble": "pipeline bubble",
           "dp_exposed": "exposed data-parallel sync", "optimizer": "optimizer step"}

@@ -120,6 +120,8 @@ def _megatron(model, cluster, par, _ref):
         a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
     if grad_dtype(par) == "bf16":
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
+    if par.offload_layers:
+        a.append(f"--cpu-offloading-num-layers {par.offload_layers}")
     if par.moment_dtype == "bf16":
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     if par.schedule in ("zb", "dualpipe"):

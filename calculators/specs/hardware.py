@@ -5,7 +5,7 @@ Conventions: TFLOP/s are dense (no 2:4 sparsity); bandwidths are per GPU, one di
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import limits
 from .errors import ConfigError, require
@@ -23,13 +23,20 @@ class GPUSpec:
     inter_node_gbps: float = 0.0  # the GPU's share of the node's NICs, one direction, GB/s
     gpus_per_node: int = 8       # GPUs in one fast-link domain (a node; 72 for an NVL72 rack)
     source: str = ""
+    host_gbps: float = 0.0       # GPU <-> host memory, one direction, GB/s; 0: DEFAULT_HOST_GBPS
 
     def __post_init__(self):
         p = check_fields(self, "hardware.gpu", limits.GPU, texts=("name",))
-        for key in ("intra_node_gbps", "inter_node_gbps"):
+        for key in ("intra_node_gbps", "inter_node_gbps", "host_gbps"):
             link(p, f"hardware.gpu.{key}", getattr(self, key))
         if p:
             raise ConfigError(p)
+
+    @property
+    def host_link_gbps(self) -> float:
+        """GPU <-> host memory, one direction, GB/s: the preset's measured copy rate, else a PCIe
+        Gen5 x16 link's (DEFAULT_HOST_GBPS)."""
+        return self.host_gbps or DEFAULT_HOST_GBPS
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp8":
@@ -71,6 +78,17 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
     GPUSpec("MI300X", 178.8, 1307.4, 2614.9, 5.3, 448, 50, 8,
             "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 7x 64 GB/s Infinity Fabric links)"),
 ]}
+
+# GPU <-> host memory copies, GB/s one direction (the lower of host-to-device and device-to-host),
+# nvbandwidth and TransferBench in Azure's AI benchmarking guide (Azure_Results/ND_*_results.md,
+# github.com/egmsft/AI-benchmarking-guide at 3371c0c): H100 51 (PCIe Gen5 x16), GB200 193 and GB300
+# 193 (NVLink-C2C to the Grace CPU), MI300X 55. H800, H200 and B200 sit on the same PCIe Gen5 x16
+# link as H100 and take its rate; A100's Gen4 link half of it. One GPU copying alone: GPUs that
+# share a PCIe switch or the host's memory bandwidth get less each (not modelled).
+DEFAULT_HOST_GBPS = 51.0
+_HOST_GBPS = {"A100-40GB": 25.5, "A100-80GB": 25.5, "H100-80GB": 51.0, "H800": 51.0, "H200-141GB": 51.0,
+              "B200": 51.0, "GB200": 193.0, "GB300": 193.0, "MI300X": 55.0}
+GPU_PRESETS = {name: replace(g, host_gbps=_HOST_GBPS[name]) for name, g in GPU_PRESETS.items()}
 
 # Presets by architecture where the attention kernels' measurements differ
 # (calculators/time/attention.py): Hopper's rows (FlashAttention-3, cuDNN) and Blackwell's (cuDNN).

@@ -67,6 +67,8 @@ class ParallelConfig:
                                  # "": the framework's (frameworks.grad_dtype; Megatron's --grad-reduce-in-bf16)
     moment_dtype: str = ""       # Adam's moments: fp32 | bf16 (Megatron's precision-aware optimizer,
                                  # --exp-avg-dtype / --exp-avg-sq-dtype); "": fp32
+    offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
+                                 # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -262,6 +264,16 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if par.framework == "nanotron" and par.grad_dtype:
         p.append("nanotron's gradient layout (bf16 gradients summed in fp32) is fitted to its runs; leave "
                  "grad_dtype empty")
+    if par.offload_layers:
+        # Megatron's TransformerConfig refuses the rest (transformer_config.py)
+        require(p, par.framework == "megatron", lambda: f"offload_layers is Megatron's activation offloading "
+                f"(--cpu-offloading-num-layers, Transformer Engine's CPU offload); {par.framework} has none: set 0")
+        require(p, pp == 1, "Megatron has no activation offloading with pipeline parallelism: set pp=1 or "
+                "offload_layers=0")
+        require(p, par.recompute == "none", "Megatron's activation offloading does not run with recompute: set "
+                "recompute none or offload_layers=0")
+        require(p, par.offload_layers < model.layers,
+                lambda: f"offload_layers={par.offload_layers} must be below the model's {model.layers} layers")
     if par.moment_dtype == "bf16" and par.framework != "megatron":
         p.append(f"{par.framework} keeps Adam's moments in fp32; moment_dtype bf16 is Megatron's precision-aware "
                  "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")

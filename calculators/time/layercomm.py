@@ -9,6 +9,10 @@ mechanism below decides it):
   gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped): two more
   all-gathers per layer, each collective hidden as far as its GEMM lasts.
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
+- offload (parallel.offload_layers): a layer's saved activations go to host memory during the next
+  layer's forward and come back during the previous one's backward (Transformer Engine's CPU
+  offload, one layer ahead), at the GPU's host link (GPUSpec.host_link_gbps); spread over the
+  rank's layers, the share offloaded.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
   (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
@@ -17,7 +21,7 @@ mechanism below decides it):
 """
 from __future__ import annotations
 
-from ..memory.activations import BF16, tokens
+from ..memory.activations import BF16, saved_per_layer, tokens
 from ..specs.frameworks import tp_backward_overlapped
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
@@ -73,6 +77,12 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         if par.dispatcher == "deepep":    # the compute beside DeepEP's kernels runs on the SMs they leave
             hidden *= 1 - profile.dispatch_sm_share
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
+    if par.offload_layers:
+        copy = saved_per_layer(model, par, moe_layer) / (cluster.gpu.host_link_gbps * 1e9)
+        share = min(1.0, par.offload_layers / model.layers)    # pp is 1 (check_layout)
+        back = lt.backward_input + lt.backward_weight
+        out["offload"] = (share * copy, share * copy, min(1.0, lt.forward / copy) if copy else 1.0,
+                          min(1.0, back / copy) if copy else 1.0)
     return out
 
 

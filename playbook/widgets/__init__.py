@@ -60,6 +60,7 @@ SCENARIO = {
     "cp": (_slider(1, 32, "cp (context parallel)"), 1),
     "ep": (_slider(1, 256, "ep (expert parallel)"), 1),
     "vpp": (_slider(1, 8, "vpp (virtual stages)"), 1),
+    "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron)"), 0),
     "zero": (lambda v: gr.Radio([0, 1, 2, 3], value=v, label="ZeRO stage"), 1),
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),
     "tp_overlap": (lambda v: gr.Checkbox(v, label="TP comm overlapped with GEMMs (Megatron/TE)"), False),

@@ -15,7 +15,8 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
               f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
-        "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype")
+        "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype",
+        "offload_layers")
 
 
 def compute(v: dict):

@@ -285,3 +285,39 @@ def test_recompute_per_rank_gives_each_stage_its_own_mode():
         estimate_memory(model, cluster, replace(mixed, recompute_ranks=("full", "none")))
     with pytest.raises(ConfigError, match="must list one recompute value per pipeline rank"):
         replace(mixed, recompute_ranks=("full", "bogus", "none", "none"))
+
+
+def test_activations_offloaded_to_the_host():
+    """parallel.offload_layers is Megatron's --cpu-offloading-num-layers (Transformer Engine's CPU
+    offload): the saved tensors of that many layers wait in host memory between forward and
+    backward, one layer in flight on the GPU; each layer's copy hides under the next layer's
+    forward and the previous one's backward as far as the host link (GPUSpec.host_link_gbps:
+    measured 51 GB/s over H100's PCIe, 193 over GB200's NVLink-C2C) allows. Megatron refuses it
+    with PP, with recompute, and for as many layers as the model has."""
+    from calculators.planning.export import export
+    from calculators.specs.hardware import GPUSpec
+    from calculators.specs.parallel import check_layout
+    from calculators.time.profiles import default_profile
+    from calculators.time.step import estimate_step
+    m = model_from_name("llama3-70b")
+    gb200 = ClusterSpec(gpu_from_name("GB200"), 1, 64)
+    par = ParallelConfig(dp=64, zero=3, mbs=2, gbs=128, seq=8192)
+    kept, half = (estimate_memory(m, gb200, replace(par, offload_layers=n)).worst for n in (0, 40))
+    from calculators.memory.activations import saved_per_layer
+    moved = 39 * saved_per_layer(m, par, False) / GIB           # 40 layers leave, one is in flight
+    assert kept.activations_gib - half.activations_gib == pytest.approx(moved)
+    assert half.weights_gib == kept.weights_gib
+    prof = default_profile("GB200")
+    none, some = (estimate_step(m, gb200, replace(par, offload_layers=n), prof) for n in (0, 40))
+    assert some.time_s > none.time_s and some.breakdown["offload_hidden"] > some.breakdown["offload_exposed"] > 0
+    slow = ClusterSpec(replace(gpu_from_name("GB200"), host_gbps=25.0), 1, 64)
+    assert estimate_step(m, slow, replace(par, offload_layers=40), prof).breakdown["offload_exposed"] > \
+        2 * some.breakdown["offload_exposed"]
+    assert gpu_from_name("H100-80GB").host_link_gbps == 51.0 and gpu_from_name("GB200").host_link_gbps == 193.0
+    assert "--cpu-offloading-num-layers 40" in export("megatron", m, gb200, replace(par, offload_layers=40))[0]
+    for change, words in (({"pp": 2, "dp": 32}, "pipeline parallelism"), ({"recompute": "full"}, "recompute"),
+                          ({"offload_layers": 80}, "below the model's 80"), ({"framework": "fsdp2"}, "fsdp2 has none")):
+        with pytest.raises(ConfigError, match=words):
+            check_layout(m, gb200, replace(par, **{"offload_layers": 40, **change}))
+    with pytest.raises(ConfigError, match="host_gbps"):
+        GPUSpec("x", 80, 900, 1800, 3, host_gbps=1e-9)
