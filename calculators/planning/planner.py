@@ -232,6 +232,13 @@ class _Search:
             return False
         best = next((c for c in (self._fitting(derive(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
         self.scored.append((self.score(best), best))
+        if best.recompute != "none" and par.pp == 1 and self.framework == "megatron":
+            # activations offloaded instead of recomputed, with the fewest layers that fit
+            offloaded = (self._fitting(derive(par, recompute="none", offload_layers=n))
+                         for n in sorted(self.space["offload_layers"]) if 0 < n < self.model.layers)
+            moved = next((c for c in offloaded if c), None)
+            if moved is not None:
+                self.scored.append((self.score(moved), moved))
         worth = par.pp > 1 and best.recompute != levels[0] and self.worth_rebalancing(best)
         mixed = self._per_rank(par) if worth else None
         if mixed is not None:

@@ -14,7 +14,7 @@ from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules,
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher", "experts", "grad_dtype", "moment_dtype")
+         "dispatcher", "experts", "grad_dtype", "moment_dtype", "offload_layers")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -66,6 +66,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # slower and 2 bytes a parameter less where the framework keeps them, frameworks.grad_dtype)
         "grad_dtype": [""],
         "moment_dtype": [""],          # likewise: bf16 Adam moments only where allowed
+        # Megatron's activation offloading (layers kept in host memory): only the counts allowed,
+        # tried where no recompute is needed otherwise (planner._least_recompute)
+        "offload_layers": [0],
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -75,7 +78,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                 raise ConfigError(f"plan constraints: {knob} allows no value")
             if len(sp[knob]) > 64:
                 raise ConfigError(f"plan constraints: {knob} lists {len(sp[knob]):,} values; the limit is 64")
-    for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero"):
+    for knob in ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "zero", "offload_layers"):
         for v in sp[knob]:
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
