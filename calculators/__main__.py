@@ -23,7 +23,7 @@ from .specs import limits
 from .specs.errors import ConfigError
 from .specs.frameworks import grad_dtype
 from .specs.hardware import GPU_PRESETS
-from .specs.parallel import FRAMEWORKS, RECOMPUTE, SCHEDULES
+from .specs.parallel import FRAMEWORKS, GRAD_DTYPES, MOMENT_DTYPES, RECOMPUTE, SCHEDULES
 from .specs.recompute import EXPLICIT, MODULES_TEXT
 from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
@@ -251,9 +251,9 @@ def main(argv=None) -> int:
     m.add_argument("--precision", default="bf16", choices=("bf16", "fp8"))
     m.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
     m.add_argument("--framework", default="megatron", choices=FRAMEWORKS)
-    m.add_argument("--grad-dtype", default="", choices=("", "fp32", "bf16"),
+    m.add_argument("--grad-dtype", default="", choices=GRAD_DTYPES,
                    help="gradients kept and reduced in (default: the framework's; Megatron's fp32)")
-    m.add_argument("--moment-dtype", default="", choices=("", "fp32", "bf16"),
+    m.add_argument("--moment-dtype", default="", choices=MOMENT_DTYPES,
                    help="Adam's moments (bf16: Megatron's precision-aware optimizer; default fp32)")
     args = ap.parse_args(argv)
     if args.cmd == "estimate":

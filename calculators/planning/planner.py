@@ -53,6 +53,15 @@ def _oom_reason(mem) -> str:
 
 
 # --------------------------------------------------------------------------- the search
+def _prefer(allowed: list, takes_bf16: bool) -> str:
+    """bf16 where the constraints allow it and the framework takes it (less memory, fewer bytes),
+    else the first other value allowed (a list that allows only bf16 keeps it: its layouts are
+    refused with the framework's reason)."""
+    if "bf16" in allowed and takes_bf16:
+        return "bf16"
+    return next((v for v in allowed if v != "bf16"), allowed[0])
+
+
 class _Search:
     def __init__(self, model, cluster, profile, seq, gbs, constraints):
         self.model, self.cluster, self.profile, self.seq, self.gbs = model, cluster, profile, seq, gbs
@@ -154,8 +163,8 @@ class _Search:
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
-                                      grad_dtype="bf16" if "bf16" in sp["grad_dtype"] else sp["grad_dtype"][0],
-                                      moment_dtype="bf16" if "bf16" in sp["moment_dtype"] else sp["moment_dtype"][0],
+                                      grad_dtype=_prefer(sp["grad_dtype"], self.framework != "nanotron"),
+                                      moment_dtype=_prefer(sp["moment_dtype"], self.framework == "megatron"),
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

@@ -72,8 +72,11 @@ def grad_dtype(par) -> str:
 def optimizer_bytes(par) -> float:
     """HBM bytes per parameter one AdamW step moves: read the gradient, read and write the fp32
     master and the two moments, write the bf16 weight: 30 with fp32 gradients and moments, less 2
-    for bf16 gradients (grad_dtype) and 8 for bf16 moments (moment_dtype)."""
-    return 4 * 2 + 2 + grad_reduce_bytes(par) + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
+    for Megatron's bf16 main grads (grad_dtype) and 8 for bf16 moments (moment_dtype). The other
+    frameworks' optimizers step on fp32 gradients whatever the reduction's dtype (FSDP2's sharded
+    fp32 gradients, DeepSpeed's fp32 partition)."""
+    grads = grad_reduce_bytes(par) if par.framework == "megatron" else 4
+    return 4 * 2 + 2 + grads + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
 
 
 def grad_reduce_bytes(par) -> int:

@@ -107,6 +107,7 @@ def test_adam_moments_in_bf16():
     fp32, bf16 = (estimate_memory(m, c, replace(par, moment_dtype=d)).worst for d in ("", "bf16"))
     assert fp32.optimizer_gib == pytest.approx(2 * bf16.optimizer_gib) and fp32.master_gib == bf16.master_gib
     assert optimizer_bytes(par) == 30 and optimizer_bytes(replace(par, moment_dtype="bf16", grad_dtype="bf16")) == 20
+    assert optimizer_bytes(replace(par, framework="fsdp2", zero=3, grad_dtype="bf16")) == 30
     assert "--exp-avg-dtype bf16" in export("megatron", m, c, replace(par, moment_dtype="bf16"))[0]
     with pytest.raises(ConfigError, match="fsdp2 keeps Adam's moments in fp32"):
         check_layout(m, c, replace(par, framework="fsdp2", zero=3, moment_dtype="bf16"))

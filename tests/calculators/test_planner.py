@@ -398,6 +398,9 @@ def test_bf16_gradients_are_planned_only_where_allowed():
         plan(llama, cluster, 4096, 256, {"grad_dtype": "fp16"})
     both = plan(llama, cluster, 4096, 256, {**need, "grad_dtype": "bf16", "moment_dtype": ["", "bf16"]}).plans[0]
     assert both.par.moment_dtype == "bf16" and "moments=bf16" in both.label()
+    # a framework that keeps fp32 moments plans with them where the list allows it
+    fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "moment_dtype": ["", "bf16"]}).plans[0]
+    assert fsdp.par.moment_dtype == ""
 
 
 def test_offloading_is_planned_where_allowed_instead_of_recompute():
