@@ -233,6 +233,14 @@ class Scored:
     predicted: float | None           # tokens/s/GPU
     memory_gib: float | None          # predicted peak allocated
     reason: str
+    fits: bool | None = None          # the calculators' fit call (MemoryEstimate.fits)
+
+    @property
+    def ran(self) -> bool | None:
+        """Whether the published run ran (False: its source reports it out of memory)."""
+        if self.run.measured or self.run.memory_gib:
+            return True
+        return False if "out of memory" in self.run.note.lower() else None
 
     @property
     def error(self):
@@ -268,7 +276,7 @@ def score(run: Run) -> Scored:
         mem = estimate_memory(run.model, run.cluster, run.par)
     except ConfigError as exc:
         return Scored(run, None, None, str(exc))
-    return Scored(run, step.tokens_per_s_per_gpu, mem.total_gib, "")
+    return Scored(run, step.tokens_per_s_per_gpu, mem.total_gib, "", mem.fits)
 
 
 def cell(s: Scored) -> tuple:
@@ -304,6 +312,23 @@ def memory_summary(scored: list[Scored]) -> dict:
     return {k: (len(v), statistics.median(v)) for k, v in groups.items()}
 
 
+def fit_misses(scored: list[Scored]) -> tuple[list[Scored], list[Scored], int, int]:
+    """(runs that ran but the calculators call out of memory, runs published as out of memory
+    that they call fitting, how many ran, how many ran out of memory)."""
+    judged = [s for s in scored if s.fits is not None and s.ran is not None]
+    ran = [s for s in judged if s.ran]
+    oom = [s for s in judged if not s.ran]
+    return [s for s in ran if not s.fits], [s for s in oom if s.fits], len(ran), len(oom)
+
+
+def fit_line(scored: list[Scored]) -> str:
+    """The fit / out-of-memory call (MemoryEstimate.fits) against what the published runs did."""
+    called_oom, called_fit, ran, oom = fit_misses(scored)
+    return (f"Fit: of {ran} published runs that ran, the memory model calls {len(called_oom)} out of memory; "
+            f"of {oom} published out of memory, it calls {len(called_fit)} fitting "
+            "(`python -m validation.stacks` lists them).")
+
+
 def readme_block(scored: list[Scored]) -> str:
     """What README quotes (a test holds it to this): all runs, and the table per cell."""
     n, med, p90, signed, g40, g50 = summary(scored)["all"]
@@ -317,7 +342,8 @@ def readme_block(scored: list[Scored]) -> str:
         lines.append(f"| {' '.join(k)} | {n} | {med:.1%} | {p90:.1%} | {signed:+.1%} | {g40:.1%} | {g50:.1%} |")
     lines += ["", "Peak memory, median |predicted / measured - 1| (reserved compared with 1.10 x the predicted "
               "peak allocated): " + "; ".join(f"{k} {med:.1%} over {n} runs"
-                                              for k, (n, med) in sorted(memory_summary(scored).items())) + "."]
+                                              for k, (n, med) in sorted(memory_summary(scored).items())) + ".",
+              "", fit_line(scored)]
     return "\n".join(lines)
 
 
@@ -346,6 +372,13 @@ def main() -> None:
     print("\nmemory, median |predicted/measured - 1| by framework:")
     for k, (n, med) in sorted(memory_summary(scored).items()):
         print(f"  {k}: {n} runs, {med:.1%}")
+    print("\n" + fit_line(scored))
+    called_oom, called_fit, _, _ = fit_misses(scored)
+    for s in called_oom + called_fit:
+        p = s.run.par
+        print(f"  line {s.run.line} {s.run.source} ({'ran' if s.ran else 'out of memory'}): {s.run.model.name} "
+              f"{s.run.cluster.gpu.name} {p.framework} {p.precision} tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero} "
+              f"mbs{p.mbs} seq{p.seq} {p.recompute}: {s.memory_gib:.0f} GiB of {s.run.cluster.gpu.memory_gib:.0f}")
     covered = sum(s.predicted is not None for s in scored)
     print(f"\ncoverage: {covered} of {len(scored)} readable runs expressed ({covered / max(1, len(scored)):.0%})")
     for line, why in skipped:

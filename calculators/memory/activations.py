@@ -4,7 +4,9 @@ Counted tensor by tensor for a Llama-style block as autograd saves it (checked a
 itself: tests/calculators/test_activations_torch.py records every saved tensor with
 FakeTensorMode and saved-tensor hooks). Conventions:
 - bf16 activations (2 bytes); fp32 norm statistics and attention log-sum-exp; no dropout
-  (modern LLM pre-training uses none).
+  (modern LLM pre-training uses none). Under Transformer Engine's FP8 (Megatron) a linear keeps
+  the FP8 copy of an input nothing else keeps (`gemm_input_bytes`, 1 byte); torchao's float8
+  keeps bf16 inputs.
 - Tokens on one GPU per micro-batch: T = mbs * seq / cp. Tensors between the TP regions (norm
   inputs and outputs) hold T/tp tokens with sequence parallelism, T without. With SP the input of
   a column-parallel linear is saved sharded and all-gathered again in backward (Megatron, nanotron).
@@ -37,7 +39,8 @@ from functools import lru_cache
 from ..specs.kernels import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from ..specs.recompute import MODULES, modules, policy, recomputed_modules, sac_recomputes_attention, sac_saved
+from ..specs.recompute import (MODULES, modules, policy, recomputed_modules, recomputed_norms, sac_recomputes_attention,
+                               sac_saved)
 
 BF16 = 2
 FP32 = 4
@@ -61,19 +64,45 @@ def tokens(par: ParallelConfig) -> float:
     return par.mbs * par.seq / par.cp
 
 
-def _norm_kept(framework: str, compiled: bool) -> int:
+def gemm_input_bytes(par: ParallelConfig) -> int:
+    """Bytes per element a linear keeps of its input for the weight gradient, where no other op
+    keeps that input: under Transformer Engine's FP8 (Megatron, precision fp8) the FP8 copy it cast
+    for the GEMM, column-wise data only (transformer_engine/pytorch/module/linear.py,
+    layernorm_linear.py: update_usage(rowwise_usage=False)), 1 byte; the per-block scales of the
+    MXFP8 and blockwise recipes add 1/32 byte (not counted). Else the bf16 input, 2. torchao's
+    float8 linears keep their bf16 input (the measured torchtitan rows use as much memory in FP8
+    as in bf16). Where another op keeps the input in bf16 (the attention output, which the fused
+    attention keeps; a MoE layer's norm output, which the router keeps), Megatron-Core has the
+    linear keep that tensor instead of a copy (set_save_original_input, since 2025-08 with
+    Transformer Engine 2.6 and a current-scaling, MX or blockwise recipe); delayed scaling and
+    earlier releases keep a 1-byte copy beside it (not counted)."""
+    return 1 if par.framework == "megatron" and par.precision == "fp8" else BF16
+
+
+def _norm_kept(par: ParallelConfig) -> int:
     """Bytes per element an RMSNorm keeps for backward besides its fp32 rstd, counting the output
     the linear after it saves:
-    - fused (Megatron/TE, nanotron, and torchtitan's nn.RMSNorm on CUDA, where PyTorch runs its
+    - Megatron/TE: the norm fused into the linear after it (TELayerNormColumnParallelLinear) keeps
+      its bf16 input and the GEMM's input (`gemm_input_bytes`), 4 in bf16 and 3 in FP8;
+    - fused (nanotron, and torchtitan's nn.RMSNorm on CUDA, where PyTorch runs its
       fused kernel, FusedRmsNormBackward0): its bf16 input and output, 4. Measured on an H100
       with PyTorch 2.11 (validation/data/h100_harness/saved_bytes_*.json); on a CPU nn.RMSNorm is
       still composite and keeps 10 (the fp32 upcast, the fp32 normalised value, the bf16 output);
     - eager Hugging Face (LlamaRMSNorm, its own Python): the fp32 upcast, the bf16 normalised value
       and the weighted bf16 output, 8;
     - under torch.compile: the input only (the output is recomputed), 2."""
-    if compiled:
+    if _compiled(par):
         return BF16
-    return {"deepspeed": FP32 + 2 * BF16}.get(framework, 2 * BF16)
+    if par.framework == "megatron":
+        return BF16 + gemm_input_bytes(par)
+    return {"deepspeed": FP32 + 2 * BF16}.get(par.framework, 2 * BF16)
+
+
+def _separate_norm_kept(par: ParallelConfig) -> int:
+    """What a Megatron norm that is a module of its own keeps (a MoE layer's pre-MLP norm, MLA's
+    input norm): its bf16 input and its bf16 output, which the router keeps, or the two FP8 copies
+    MLA's down projections cast, 4 either way. Other frameworks: `_norm_kept`."""
+    return 2 * BF16 if par.framework == "megatron" else _norm_kept(par)
 
 
 def autocast_over_fp32(par: ParallelConfig) -> bool:
@@ -110,13 +139,18 @@ def _compiled(par: ParallelConfig) -> bool:
     return par.compile and par.framework in ("fsdp2", "deepspeed")
 
 
-def _per_ffn(model: ModelSpec, par: ParallelConfig) -> int:
-    """T x ffn tensors an MLP keeps: SwiGLU keeps gate, up, silu(gate) and the product eagerly;
-    Megatron's fused bias-SwiGLU and torch.compile drop silu(gate) (the product stays: it is the
-    down projection's input); GELU its input and output."""
-    if model.mlp != "swiglu":
-        return 2
-    return 3 if _compiled(par) or par.framework == "megatron" else 4
+def _ffn_bytes(model: ModelSpec, par: ParallelConfig) -> int:
+    """Bytes an MLP keeps per element of its T x ffn intermediates: SwiGLU keeps gate, up,
+    silu(gate) and the product eagerly; Megatron's fused bias-SwiGLU and torch.compile drop
+    silu(gate); GELU its input and output. The last of them (the product, GELU's output) is the
+    down projection's input, kept at `gemm_input_bytes`; the others in bf16."""
+    tensors = 2 if model.mlp != "swiglu" else 3 if _compiled(par) or par.framework == "megatron" else 4
+    return BF16 * (tensors - 1) + gemm_input_bytes(par)
+
+
+def _ffn_inputs(model: ModelSpec) -> int:
+    """T x ffn tensors an MLP's activation reads (SwiGLU gate and up, GELU its input)."""
+    return 2 if model.mlp == "swiglu" else 1
 
 
 def _unfused_core(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
@@ -130,17 +164,19 @@ def _unfused_core(model: ModelSpec, par: ParallelConfig) -> tuple[float, float]:
 def _mlp_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
     """What the MLP (or the MoE block) keeps beyond its input, by part: a dense layer's MLP; an
     MoE layer's router (fp32 probabilities, int64 top-k indices), dispatch (the K x T dispatched
-    inputs and the outputs kept for the combine), routed experts and shared experts."""
+    inputs, which the experts' first GEMM keeps, and the outputs kept for the combine), routed
+    experts and shared experts."""
     t, T = par.tp, tokens(par)
-    per_ffn = _per_ffn(model, par)
+    ffn_bytes = _ffn_bytes(model, par)
     if not moe_layer:
-        return {"mlp": BF16 * per_ffn * T * model.ffn / t}
+        return {"mlp": ffn_bytes * T * model.ffn / t}
     e = model.moe
     Tr = T / t if par.sp else T                       # tokens routed by this GPU
     routed = e.top_k * Tr
-    return {"router": FP32 * Tr * e.experts + 8 * Tr * e.top_k, "dispatch": BF16 * routed * model.hidden * 2,
-            "experts": BF16 * per_ffn * routed * e.expert_ffn / par.etp,
-            "shared_experts": BF16 * per_ffn * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t}
+    return {"router": FP32 * Tr * e.experts + 8 * Tr * e.top_k,
+            "dispatch": (gemm_input_bytes(par) + BF16) * routed * model.hidden,
+            "experts": ffn_bytes * routed * e.expert_ffn / par.etp,
+            "shared_experts": ffn_bytes * T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / t}
 
 
 def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> LayerActivations:
@@ -149,9 +185,11 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
     T_sp = T / t if par.sp else T                      # tokens in the norm regions
     h = model.hidden
     compiled = _compiled(par)
-    norm_region = T_sp * (_norm_kept(par.framework, compiled) * h + FP32)    # per norm: what it keeps, its rstd
+    norm_region = T_sp * (_norm_kept(par) * h + FP32)    # per norm: what it keeps, its rstd
+    separate = T_sp * (_separate_norm_kept(par) * h + FP32)
     autocast = autocast_over_fp32(par)
-    att_norm = mlp_norm = norm_region
+    att_norm = separate if model.mla else norm_region
+    mlp_norm = separate if moe_layer else norm_region
     if autocast and not compiled:       # an fp32 input, and one bf16 copy of the output per linear reading it
         att_norm = T_sp * (FP32 * h + FP32) + BF16 * T * h * (1 if model.mla else 3)
         if not moe_layer:
@@ -167,7 +205,9 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, moe_layer: bool) ->
                  + (FP32 * T * model.heads / t if par.flash else 0.0))  # log-sum-exp per head
     if model.mla:
         x = model.mla
-        attention += BF16 * T_sp * 2 * (x.q_lora_rank + x.kv_lora_rank) + BF16 * T_sp * x.qk_rope_dim
+        # each latent and its norm's output (fused into the up projection: the GEMM's input)
+        attention += (BF16 + gemm_input_bytes(par)) * T_sp * (x.q_lora_rank + x.kv_lora_rank)
+        attention += BF16 * T_sp * x.qk_rope_dim
     scores = 0.0
     if not par.flash and _keeps_scores(par):
         scores, repeated_kv = _unfused_core(model, par)
@@ -195,10 +235,15 @@ def module_freed(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict
     """Bytes per micro-batch that each of Megatron's recompute modules (recompute.MODULES) frees
     in one layer, from the counts of layer_activations; a module the layer lacks frees 0:
     - core_attn: the s x s scores (only without flash attention);
-    - layernorm: what both norms keep (`_norm_kept`: their outputs, which the linears after them
-      read, and eager norms' fp32 copies) and their rstd, less their bf16 input, which the
-      recompute keeps (a compiled norm keeps only its input: it frees the rstd);
-    - moe_act: the routed experts' activation output, fc2's input (SwiGLU keeps its gate and up);
+    - layernorm: what the norms it reruns keep (recompute.recomputed_norms: under Megatron a MoE
+      layer's pre-MLP norm and MLA's input norm; `_norm_kept`: their outputs, which the linears
+      after them read, and eager norms' fp32 copies) and their rstd, less their bf16 input, which
+      the recompute keeps (a compiled norm keeps only its input: it frees the rstd). Under FP8 the
+      linears reading a recomputed norm keep its bf16 output instead of casting copies
+      (Megatron's set_for_recompute_input_layernorm / set_for_recompute_pre_mlp_layernorm), so the
+      whole output is freed;
+    - moe_act: the routed experts' activation output, fc2's input (SwiGLU keeps its gate and up;
+      under FP8 fc2 keeps the bf16 output it discards instead of its FP8 copy, the same bytes);
     - mla_up_proj: MLA's q, k and v after the up projections and RoPE;
     - mlp (dense layers): the MLP's intermediates; moe (MoE layers): everything the MoE block keeps
       but its input (router, dispatched tokens, experts, shared experts); shared_experts: the
@@ -210,15 +255,16 @@ def module_freed(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict
     if not par.flash:
         out["core_attn"] = sum(_unfused_core(model, par))
     # each norm keeps _norm_kept bytes per element and its rstd; recomputed, it keeps its bf16 input
-    out["layernorm"] = 2 * T_sp * ((_norm_kept(par.framework, _compiled(par)) - BF16) * model.hidden + FP32)
+    norms = recomputed_norms(par.framework, model.mla is not None, moe_layer)
+    out["layernorm"] = norms * T_sp * ((_separate_norm_kept(par) - BF16) * model.hidden + FP32)
     if model.mla:
         out["mla_up_proj"] = BF16 * T * (2 * model.q_dim + model.attn_out_dim) / t
     parts = _mlp_parts(model, par, moe_layer)
     if not moe_layer:
         out["mlp"] = parts["mlp"]
         return out
-    per_ffn = _per_ffn(model, par)
-    out["moe_act"] = parts["experts"] * (per_ffn - (2 if model.mlp == "swiglu" else 1)) / per_ffn
+    ffn_bytes = _ffn_bytes(model, par)
+    out["moe_act"] = parts["experts"] * (ffn_bytes - BF16 * _ffn_inputs(model)) / ffn_bytes
     out["shared_experts"] = parts["shared_experts"]
     out["moe"] = sum(parts.values())
     return out

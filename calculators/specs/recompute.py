@@ -82,6 +82,17 @@ def recomputed_modules(recompute: str) -> set[str]:
     return mods - {"moe_act", "shared_experts"} if "moe" in mods else mods
 
 
+def recomputed_norms(framework: str, mla: bool, moe_layer: bool) -> int:
+    """How many of a layer's two norms the "layernorm" module reruns. Megatron recomputes only
+    norms that are modules of their own (transformer_layer.py: not an IdentityOp): with Transformer
+    Engine a dense layer's norms are fused into the linear after them (TELayerNormColumnParallelLinear)
+    and stay as they are; a MoE layer's pre-MLP norm (the router reads it) and MLA's input norm are
+    separate. Other frameworks' module lists take both."""
+    if framework != "megatron":
+        return 2
+    return int(moe_layer) + int(mla)
+
+
 def matmul_modules(name: str, moe_layer: bool) -> tuple[str, ...]:
     """The modules whose recompute runs the layer matmul `name` (ModelSpec.layer_matmuls) again:
     MLA's up projections mla_up_proj; the rest of attention none (only full, op_sac); a dense

@@ -30,7 +30,7 @@ from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 from .profiles import HardwareProfile
 from ..specs.recompute import (MODULES, matmul_modules, policy as recompute_policy, recomputed_modules,
-                               sac_recomputes_attention, sac_saved)
+                               recomputed_norms, sac_recomputes_attention, sac_saved)
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,9 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
     swiglu_io = 3 if model.mlp == "swiglu" else 2          # bf16 units an activation reads and writes
     T_sp = T / par.tp if par.sp else T
     total = sum(gemms[m] for m in mods) + (attn if "core_attn" in mods else 0.0)
-    if "layernorm" in mods:
-        total += memory_time(2 * 2 * BF16 * T_sp * model.hidden, 2, gpu, profile)
+    norms = recomputed_norms(par.framework, model.mla is not None, moe_layer) if "layernorm" in mods else 0
+    if norms:
+        total += memory_time(norms * 2 * BF16 * T_sp * model.hidden, norms, gpu, profile)
     if not moe_layer:
         if "mlp" in mods:
             total += memory_time(BF16 * swiglu_io * T * model.ffn / par.tp, 1, gpu, profile)
