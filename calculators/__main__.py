@@ -170,7 +170,7 @@ def cmd_request(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    from .memory.estimate import USABLE_FRACTION, estimate_memory
+    from .memory.estimate import estimate_memory
     try:
         if args.config:
             from .specs.hf_config import from_hf_config
@@ -201,7 +201,7 @@ def cmd_memory(args) -> int:
         print(f"{s.stage:>5} {s.layers:>6} " + " ".join(f"{v:>11.2f}" for v in vals) + f" {s.total_gib:>10.2f}")
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"\nmost loaded GPU: stage {est.worst.stage}, {est.total_gib:.2f} GiB of {est.capacity_gib:.2f} GiB: "
-          f"{verdict} (rule: peak <= {USABLE_FRACTION:.0%} of capacity)")
+          f"{verdict} (rule: peak <= {est.usable_fraction:.0%} of capacity, {par.framework}'s)")
     for w in est.warnings:
         print(f"warning: {w}")
     return 0

@@ -174,10 +174,10 @@ def measured(nodes: str = "1-64", field: str = "median") -> str:
 def memory_check(field: str = "accuracy") -> str:
     """nanotron's runs (validation.memory): accuracy (fit vs out-of-memory called right), median
     and p90 (|predicted - measured| / measured, allocated between steps), runs (with a clear
-    outcome), usable (the fit rule's share of the GPU's memory)."""
-    from calculators.memory.estimate import USABLE_FRACTION
+    outcome), usable (the fit rule's share of the GPU's memory, estimate.usable_fraction)."""
+    from calculators.memory.estimate import USABLE, USABLE_FRACTION
     if field == "usable":
-        return f"{USABLE_FRACTION:.0%}"
+        return f"{USABLE_FRACTION:.0%} ({USABLE['megatron']:.0%} under Megatron's recipes)"
     c = _memory_check()
     return {"accuracy": f"{c.accuracy:.0%}", "median": f"{c.alloc_median_error:.1%}",
             "p90": f"{c.alloc_p90_error:.1%}", "runs": f"{c.clear_outcome:,}"}[field]

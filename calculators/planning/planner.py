@@ -31,7 +31,7 @@ from ..specs.validate import check_fields
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
 from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
-from ..memory.estimate import USABLE_FRACTION, estimate_memory, peak_memory, stage_layers
+from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
@@ -47,7 +47,7 @@ PRUNE = 1.15                     # skip a structure whose optimistic time is thi
 
 
 def _oom_reason(mem) -> str:
-    usable = USABLE_FRACTION * mem.capacity_gib
+    usable = mem.usable_gib
     return (f"out of memory: stage {mem.stage} needs {mem.total_gib:.1f} GiB, "
             f"{mem.total_gib - usable:.1f} GiB over the usable {usable:.1f} GiB")
 
@@ -263,7 +263,7 @@ class _Search:
         if any(isinstance(m, ConfigError) for m in mems.values()):
             return None
         totals = {lv: m.totals for lv, m in mems.items()}
-        usable = USABLE_FRACTION * self.cluster.gpu.memory_gib
+        usable = usable_fraction(par.framework) * self.cluster.gpu.memory_gib
         modes = [next((lv for lv in levels if totals[lv][r] <= usable), None) for r in range(par.pp)]
         if None in modes or len(set(modes)) == 1:
             return None
@@ -291,7 +291,7 @@ class _Search:
         """An uneven split that fits, when the pipeline's total memory could hold the layers."""
         if par.pp == 1 or par.vpp > 1 or par.schedule == "dualpipe":
             return None
-        usable = USABLE_FRACTION * mem.capacity_gib
+        usable = mem.usable_gib
         if mem.sum_gib > par.pp * usable or not self.worth_rebalancing(par):
             return None
         return balance_split(self.model, self.cluster, par, self.profile, usable)
@@ -355,7 +355,7 @@ def _rebalanced(search, par):
     if not (search.uneven and par.pp > 1 and par.vpp == 1 and par.schedule != "dualpipe" and not par.split):
         return None
     split = balance_split(search.model, search.cluster, par, search.profile,
-                          USABLE_FRACTION * search.cluster.gpu.memory_gib)
+                          usable_fraction(par.framework) * search.cluster.gpu.memory_gib)
     even = tuple(len(x) for x in stage_layers(search.model, par))
     return replace(par, split=split) if split and split != even else None
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.memory.estimate import USABLE_FRACTION, memory_dict
+from calculators.memory.estimate import memory_dict
 from calculators.specs.frameworks import grad_dtype
 from playbook.plots import memory_by_stage
 
@@ -12,8 +12,7 @@ from playbook.values import scenario_from
 
 from . import Widget, scenario_controls, which_model, wire
 
-CONVENTION = (f"GiB = 2^30 bytes, peak allocated on the most loaded GPU; fits when at most "
-              f"{USABLE_FRACTION:.0%} of the GPU's memory (the rest: CUDA context, NCCL, fragmentation).")
+CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
         "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype",
         "offload_layers")
@@ -27,7 +26,9 @@ def compute(v: dict):
             f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
-            f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments; {CONVENTION})")
+            f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments; {CONVENTION}; fits "
+            f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
+            "CUDA context, NCCL, workspaces and fragmentation)")
     text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])
     return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import gradio as gr
 
 from calculators.specs.errors import ConfigError
-from calculators.memory.estimate import USABLE_FRACTION, estimate_memory
+from calculators.memory.estimate import estimate_memory, usable_fraction
 from calculators.time.step import estimate_step
 from playbook.plots import scaling_plot
 
@@ -68,7 +68,7 @@ def tp_compute(v: dict):
         xs.append(tp)
     if not xs:
         raise ConfigError(f"no tp divides both {world} GPUs and the global batch: change nodes or gbs")
-    usable = USABLE_FRACTION * cluster0.gpu.memory_gib
+    usable = usable_fraction(base.framework) * cluster0.gpu.memory_gib
     fitting = [i for i in range(len(xs)) if rows[i]["memory GiB"] <= usable]
     best = max(fitting, key=lambda i: rows[i]["tokens/s/GPU"]) if fitting else None
     verdict = (f"Fastest that fits: **tp {xs[best]}**, {rows[best]['tokens/s/GPU']:,.0f} tokens/s/GPU." if fitting

@@ -14,7 +14,7 @@ from calculators.specs.errors import ConfigError
 from calculators.planning.export import FORMATS, export
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
 from calculators.planning.ilp import costs, solve
-from calculators.memory.estimate import estimate_memory, peak_memory, stage_layers
+from calculators.memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
 from calculators.specs.parallel import ParallelConfig, check_layout, megatron_split
 from calculators.planning.planner import plan
 from calculators.planning.split import balance_split
@@ -88,7 +88,7 @@ def test_uneven_split_lightens_the_ends_and_respects_memory():
     par = check_par = replace(plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "full",
                                                                 "schedule": "1f1b", "zero": 1, "mbs": 1,
                                                                 "uneven_split": False}).plans[0].par)
-    usable = 0.77 * H100.memory_gib
+    usable = usable_fraction(par.framework) * H100.memory_gib
     split = balance_split(L405, cluster, par, default_profile(H100.name), usable)
     assert sum(split) == L405.layers and len(split) == 16 and min(split) >= 1
     uneven = replace(check_par, split=split)
@@ -176,7 +176,7 @@ def test_plans_stay_within_what_the_framework_runs():
 
 def test_exports_carry_the_layout():
     cluster = ClusterSpec(H100, nodes=256, gpus_per_node=8)
-    par = plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "none"}).plans[0].par
+    par = plan(L405, cluster, 8192, 2048, {"tp": 8, "pp": 16, "cp": 1, "recompute": "none", "mbs": 2}).plans[0].par
     assert par.split, "expected the DP to split layers unevenly here"
     meg, _ = export("megatron", L405, cluster, par)
     assert "--tensor-model-parallel-size 8" in meg and "--pipeline-model-parallel-size 16" in meg
@@ -313,11 +313,11 @@ def test_sharding_milp_matches_the_exact_chain_optimum_and_puts_tp_on_the_fast_l
 
 
 def test_recompute_per_rank_when_only_the_first_stages_need_it():
-    """Llama 3 70B, seq 16k, tp 8 on 4 nodes: 1F1B's first ranks hold more micro-batches in
+    """Llama 3 70B, seq 24k, tp 8 on 4 nodes: 1F1B's first ranks hold more micro-batches in
     flight, so they alone recompute, hold fewer layers, and the step beats every plan with one
     recompute mode everywhere. The export says the frameworks cannot express it."""
     model, cluster = model_from_name("llama3-70b"), ClusterSpec(H100, nodes=4)
-    result = plan(model, cluster, seq=16384, gbs=64, constraints={"tp": 8, "cp": 1})
+    result = plan(model, cluster, seq=24576, gbs=64, constraints={"tp": 8, "cp": 1})
     _assert_valid(model, cluster, result)
     best = result.plans[0]
     modes = best.par.recompute_ranks

@@ -6,7 +6,7 @@ holds is asserted; what does not yet is named, and asserted to still miss, so th
 true when the model improves."""
 import pytest
 
-from validation.stacks import load, memory_summary, score, summary
+from validation.stacks import fit_misses, load, memory_summary, score, summary
 
 # source -> why its median is over 20%
 KNOWN_MISSES = {
@@ -105,6 +105,18 @@ def test_memory_is_reported_per_framework(scored):
     rows, _ = scored
     memory = memory_summary(rows)
     assert memory["fsdp2"][0] >= 10 and 0 < memory["fsdp2"][1] < 0.15
+
+
+def test_the_fit_call_lets_published_runs_fit_and_keeps_published_ooms_out(scored):
+    """Every published run ran but two (torchtitan's 70B at batch 2 on A100, reported out of memory).
+    The fit rule calls both of those out of memory, and at most 12% of Megatron's runs that ran out
+    of memory (nanotron's 77% called 141 of 293); the rest named in validation.stacks' list."""
+    rows, _ = scored
+    called_oom, called_fit, ran, oom = fit_misses(rows)
+    assert oom == 2 and not called_fit
+    megatron = [s for s in rows if s.ran and s.fits is not None and s.run.par.framework == "megatron"]
+    missed = [s for s in called_oom if s.run.par.framework == "megatron"]
+    assert len(megatron) >= 250 and len(missed) <= 0.12 * len(megatron), len(missed)
 
 
 def test_readme_quotes_the_scripts_figures(scored):
