@@ -39,8 +39,8 @@ STACKS_OUT = results.BUNDLED / "published_more.jsonl"
 HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
 HARNESS_SOURCE = "this project's harness on one H100 80GB, 2026-11-25 (validation/data/h100_harness)"
 HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory")
-MEMORY_KEYS = ("params_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib", "total_gib",
-               "capacity_gib", "fits")
+MEMORY_KEYS = ("params_gib", "grads_gib", "grads_full_gib", "optimizer_gib", "activations_gib", "other_gib",
+               "total_gib", "capacity_gib", "fits")
 STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
 
 

@@ -108,7 +108,7 @@ def main() -> int:
         label = (f"{cfg['model']} world {cfg['world']} tp {cfg['tp']} cp {cfg['cp']} zero {cfg['zero']} "
                  f"{cfg['recompute']}")
         state = m["params_gib"] + m["grads_gib"] + m["optimizer_gib"]
-        pstate = p["params_gib"] + p["grads_gib"] + p["optimizer_gib"]
+        pstate = p["params_gib"] + p.get("grads_full_gib", p["grads_gib"]) + p["optimizer_gib"]
         print(f"{label:44s} {state:9.2f} {pstate:6.2f} {m['peak_allocated_gib']:9.1f} {p['total_gib']:6.1f}")
     print("\nGEMMs: measured / predicted TFLOP/s (median, range)")
     for dtype, xs in ratios("gemm", "tflops", "dtype").items():

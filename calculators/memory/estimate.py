@@ -6,6 +6,13 @@
           + one layer's working set (gradients of the layer in backward; with full recompute
             also the layer being recomputed) + framework buffers (ZeRO-3 gathers, buckets)
 
+Gradients are resident through the step where the framework keeps them in a buffer (Megatron's
+main-grad buffer, DeepSpeed's partitions, nanotron). FSDP2 (torchtitan) zeroes them to None at the
+start of each step (optimizer.zero_grad(), set_to_none) and creates each layer's sharded gradient
+when its reduce-scatter lands in backward, so without gradient accumulation or a pipeline (one
+micro-batch per step) they do not coexist with the activations: the backward trades one for the
+other, and the peak holds max(activations, gradients), not their sum (`_grads_at_peak`).
+
 Convention: GiB (2^30 bytes); memory as PyTorch's allocator counts it (peak allocated). `fits`
 compares it with the framework's usable fraction of the GPU's memory (`usable_fraction`); the
 remainder is CUDA context, NCCL buffers, library workspaces and caching-allocator fragmentation.
@@ -49,12 +56,13 @@ class StageMemory:
     layers: int
     params: float                # parameters held by this GPU (dense + expert)
     weights_gib: float
-    grads_gib: float
+    grads_gib: float              # held at the peak (FSDP2 with one micro-batch: see _grads_at_peak)
     master_gib: float            # fp32 master weights (optimizer state in ZeRO's accounting)
     optimizer_gib: float         # Adam moments
     activations_gib: float
     other_gib: float             # framework buffers
     resident_gib: float          # what stays allocated between steps: weights .. optimizer + buffers
+    grads_full_gib: float = 0.0  # every gradient the GPU holds once backward ends
 
     @property
     def total_gib(self) -> float:
@@ -87,7 +95,7 @@ class MemoryEstimate:
 
     def as_dict(self) -> dict:
         w = self.worst
-        return {"params_gib": w.weights_gib, "grads_gib": w.grads_gib,
+        return {"params_gib": w.weights_gib, "grads_gib": w.grads_gib, "grads_full_gib": w.grads_full_gib,
                 "optimizer_gib": w.master_gib + w.optimizer_gib, "activations_gib": w.activations_gib,
                 "other_gib": w.other_gib, "total_gib": w.total_gib, "capacity_gib": self.capacity_gib,
                 "fits": self.fits, "usable_gib": self.usable_gib, "usable_fraction": self.usable_fraction,
@@ -205,6 +213,7 @@ class _Context:
         # stages on one rank count at their mean); the logits live from F to the loss's backward
         # (I), and ZB-H1's waiting W's do not keep them
         m = par.microbatches
+        self.late_grads = par.framework == "fsdp2" and par.pp == 1 and m == 1
         self.inflight = _inflight(par.schedule, par.pp, par.vpp, m)
         self.out_inflight = _inflight("1f1b", par.pp, 1, m) if par.schedule == "zb" else self.inflight
 
@@ -252,21 +261,30 @@ class _Context:
             activations += min(self.out_inflight[rank], self.par.microbatches) * kept + transient
         return activations
 
+    def _grads_at_peak(self, grads: float, activations: float) -> float:
+        """The gradient bytes beside the activations at the peak: all of them, or, for FSDP2 with
+        one micro-batch per step (late_grads), what the finished backward holds beyond the
+        activations it freed (module docstring)."""
+        return max(0.0, grads - activations) if self.late_grads else grads
+
     def stage(self, rank: int, layers) -> StageMemory:
         role, params, saved, working, other, fixed = self._static_of(rank, layers)
         activations = self._activations(rank, saved, working)
         return StageMemory(
             stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
-            grads_gib=role["grads"] / GIB, master_gib=role["master"] / GIB, optimizer_gib=role["optimizer"] / GIB,
-            activations_gib=activations / GIB, other_gib=other / GIB, resident_gib=(fixed + other) / GIB)
+            grads_gib=self._grads_at_peak(role["grads"], activations) / GIB, master_gib=role["master"] / GIB,
+            optimizer_gib=role["optimizer"] / GIB, activations_gib=activations / GIB, other_gib=other / GIB,
+            resident_gib=(fixed + other) / GIB, grads_full_gib=role["grads"] / GIB)
 
     def totals_gib(self, ranks) -> list[float]:
         """Every rank's total GiB without building its StageMemory (the planner's fit test runs
         thousands of times per plan)."""
         out = []
         for rank, layers in enumerate(ranks):
-            _, _, saved, working, other, fixed = self._static_of(rank, layers)
-            out.append((fixed + self._activations(rank, saved, working) + other) / GIB)
+            role, _, saved, working, other, fixed = self._static_of(rank, layers)
+            activations = self._activations(rank, saved, working)
+            fixed += self._grads_at_peak(role["grads"], activations) - role["grads"]
+            out.append((fixed + activations + other) / GIB)
         return out
 
 

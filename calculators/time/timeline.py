@@ -11,9 +11,11 @@ the in-flight micro-batches, X framework buffers, all from estimate_memory's wor
     step 2 backward peak    W + M + G + O + A + X: the estimate's total, the step's peak
     step 2 optimizer        W + M + G + O + X
 Persistent gradient buffers: Megatron-LM, nanotron and DeepSpeed allocate one contiguous buffer
-at init; PyTorch FSDP2 (zero_grad(set_to_none=True)) frees gradients between steps. The peak is
-the same either way: the second step has everything at once (the first lacks the moments), so
-"it fit the first step" proves nothing.
+at init; PyTorch FSDP2 (zero_grad(set_to_none=True)) frees gradients between steps, and with one
+micro-batch per step its backward creates them as it frees the activations, so its backward peak
+holds only the gradients beyond the activations (G at the peak, estimate._grads_at_peak; G after
+the backward is every gradient). The second step holds the most either way (the first lacks the
+moments), so "it fit the first step" proves nothing.
 """
 from __future__ import annotations
 
@@ -27,14 +29,15 @@ def step_timeline(est: MemoryEstimate, framework: str) -> list[tuple[str, dict]]
     s = est.worst
     W, M, G, O, A, X = (s.weights_gib, s.master_gib, s.grads_gib, s.optimizer_gib, s.activations_gib,
                         s.other_gib)
-    keep_g = G if framework in PERSISTENT_GRADS else 0.0
+    full = max(G, s.grads_full_gib)                     # after the backward: every gradient
+    keep_g = full if framework in PERSISTENT_GRADS else 0.0
 
     def roles(g=0.0, o=0.0, a=0.0, x=0.0):
         return {"weights": W, "fp32 master": M, "gradients": g, "Adam moments": o, "activations": a, "buffers": x}
     return [("init", roles(g=keep_g)),
             ("step 1 forward peak", roles(g=keep_g, a=A, x=X)),
-            ("step 1 backward end", roles(g=G, x=X)),
-            ("step 1 optimizer", roles(g=G, o=O, x=X)),
+            ("step 1 backward end", roles(g=full, x=X)),
+            ("step 1 optimizer", roles(g=full, o=O, x=X)),
             ("step 2 forward peak", roles(g=keep_g, o=O, a=A, x=X)),
             ("step 2 backward peak", roles(g=G, o=O, a=A, x=X)),
-            ("step 2 optimizer", roles(g=G, o=O, x=X))]
+            ("step 2 optimizer", roles(g=full, o=O, x=X))]

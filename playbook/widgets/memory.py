@@ -29,6 +29,10 @@ def compute(v: dict):
             f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments; {CONVENTION}; fits "
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")
+    if mem["grads_full_gib"] > mem["grads_gib"] + 1e-9:
+        text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} of {mem['grads_full_gib']:.2f} GiB. FSDP2 sets "
+                 "them to None each step and, with one micro-batch per step, creates each layer's as its backward "
+                 "frees that layer's activations: the peak holds the larger of the two, not their sum.")
     text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])
     return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
 

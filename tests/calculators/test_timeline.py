@@ -37,13 +37,13 @@ def measured_phases() -> list[tuple[str, dict]]:
     phases.append(("init", roles()))
     for step in (1, 2):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            h = model[0](torch.randn(8, 64))
-            # fires in backward once the later layers are done, before the first layer's own
-            h.register_hook(lambda g, step=step: phases.append((f"step {step} backward peak", roles())))
-            loss = model[2](model[1](h)).square().mean()
+            out = model(torch.randn(8, 64))
+            # fires first in backward, before any layer's: every activation saved, no gradient yet
+            out.register_hook(lambda g, step=step: phases.append((f"step {step} backward peak", roles())))
+            loss = out.square().mean()
         phases.append((f"step {step} forward peak", roles()))
         loss.backward()
-        del loss, h
+        del loss, out
         phases.append((f"step {step} backward end", roles()))
         opt.step()
         phases.append((f"step {step} optimizer", roles()))
@@ -73,3 +73,21 @@ def test_second_step_backward_is_the_estimate_and_the_peak(framework):
     assert totals["step 1 forward peak"] < totals["step 2 forward peak"]      # no Adam moments yet
     persistent = framework != "fsdp2"               # one gradient buffer allocated at init
     assert (dict(step_timeline(est, framework))["init"]["gradients"] > 0) == persistent
+
+
+def test_fsdp2_trades_gradients_for_activations_without_accumulation():
+    """FSDP2 creates the gradients its backward writes as it frees the activations: with one
+    micro-batch per step the peak holds the larger of the two; with two, the first micro-batch's
+    gradients stay through the second's backward, as a persistent buffer's do."""
+    model, cluster = model_from_name("llama3-8b"), ClusterSpec(gpu_from_name("H100-80GB"), nodes=1)
+    one = ParallelConfig(dp=8, zero=3, gbs=8, seq=4096, framework="fsdp2")
+    late, kept = (estimate_memory(model, cluster, p).worst for p in (one, ParallelConfig(
+        dp=8, zero=3, gbs=16, seq=4096, framework="fsdp2")))
+    assert late.grads_gib == 0 < late.grads_full_gib == pytest.approx(kept.grads_gib)
+    assert late.total_gib == pytest.approx(kept.total_gib - kept.grads_gib)
+    tiny = estimate_memory(model, cluster, ParallelConfig(dp=8, zero=3, gbs=8, seq=128, framework="fsdp2")).worst
+    assert tiny.grads_gib == pytest.approx(tiny.grads_full_gib - tiny.activations_gib)   # more gradients than activations
+    for framework in ("megatron", "deepspeed"):
+        s = estimate_memory(model, cluster, ParallelConfig(dp=8, zero=3 if framework == "deepspeed" else 1, gbs=8,
+                                                           seq=4096, framework=framework)).worst
+        assert s.grads_gib == s.grads_full_gib > 0
