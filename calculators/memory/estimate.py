@@ -119,9 +119,10 @@ def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
     Even split, earlier stages taking the remainder (np.array_split); interleaved virtual stages
     that the layers do not divide take Megatron's embedding-and-loss split where Megatron runs them
     and it divides (parallel.virtual_split: Llama 3 405B's 126 layers over 64 stages, 1, 2, ..., 2,
-    1). `par.split` (the planner's choice, or the caller's) gives each stage its count. nanotron splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and
-    a rank is closed once the running cost reaches its share (L=16, h=2048, f=8192, V=131072,
-    p=4: the output layer costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
+    1). `par.split` (the planner's choice, or the caller's) gives each stage its count. nanotron
+    splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank is closed
+    once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the output layer
+    costs 4 layers, so the ranks hold 5, 5, 5 and 1 layers).
     Cached (tuples, shared): the planner asks for the same few splits thousands of times.
     """
     return _stages(model, par.framework, par.schedule, par.pp, par.vpp, par.split)
