@@ -68,8 +68,9 @@ def gemm_input_bytes(par: ParallelConfig) -> int:
     """Bytes per element a linear keeps of its input for the weight gradient, where no other op
     keeps that input: under Transformer Engine's FP8 (Megatron, precision fp8) the FP8 copy it cast
     for the GEMM, column-wise data only (transformer_engine/pytorch/module/linear.py,
-    layernorm_linear.py: update_usage(rowwise_usage=False)), 1 byte; the per-block scales of the
-    MXFP8 and blockwise recipes add 1/32 byte (not counted). Else the bf16 input, 2. torchao's
+    layernorm_linear.py: update_usage(rowwise_usage=False); its maintainers expect half of
+    PyTorch's bytes for these inputs, NVIDIA/TransformerEngine issue 1764), 1 byte; the per-block
+    scales of the MXFP8 and blockwise recipes add 1/32 byte (not counted). Else bf16, 2. torchao's
     float8 linears keep their bf16 input (the measured torchtitan rows use as much memory in FP8
     as in bf16). Where another op keeps the input in bf16 (the attention output, which the fused
     attention keeps; a MoE layer's norm output, which the router keeps), Megatron-Core has the
