@@ -6,7 +6,7 @@ FakeTensorMode and saved-tensor hooks). Conventions:
 - bf16 activations (2 bytes); fp32 norm statistics and attention log-sum-exp; no dropout
   (modern LLM pre-training uses none). Under Transformer Engine's FP8 (Megatron) a linear keeps
   the FP8 copy of an input nothing else keeps (`gemm_input_bytes`, 1 byte); torchao's float8
-  keeps bf16 inputs.
+  is counted in bf16 (its published runs measure alike in both).
 - Tokens on one GPU per micro-batch: T = mbs * seq / cp. Tensors between the TP regions (norm
   inputs and outputs) hold T/tp tokens with sequence parallelism, T without. With SP the input of
   a column-parallel linear is saved sharded and all-gathered again in backward (Megatron, nanotron).
@@ -71,9 +71,11 @@ def gemm_input_bytes(par: ParallelConfig) -> int:
     layernorm_linear.py: update_usage(rowwise_usage=False); its maintainers expect half of
     PyTorch's bytes for these inputs, NVIDIA/TransformerEngine issue 1764), 1 byte; the per-block
     scales of the MXFP8 and blockwise recipes add 1/32 byte (not counted). Else bf16, 2. torchao's
-    float8 linears keep their bf16 input (the measured torchtitan rows use as much memory in FP8
-    as in bf16). Where another op keeps the input in bf16 (the attention output, which the fused
-    attention keeps; a MoE layer's norm output, which the router keeps), Megatron-Core has the
+    float8 (torchtitan) is counted in bf16: its published runs (op-level SAC, and MXFP8 without
+    recompute) measure the same peak in FP8 as in bf16; a tensorwise run whose compiled backward
+    keeps the FP8 casts can save more (pytorch/ao issue 4101 reports 30%, its settings unstated).
+    Where another op keeps the input in bf16 (the attention output, which the fused attention
+    keeps; a MoE layer's norm output, which the router keeps), Megatron-Core has the
     linear keep that tensor instead of a copy (set_save_original_input, since 2025-08 with
     Transformer Engine 2.6 and a current-scaling, MX or blockwise recipe); delayed scaling and
     earlier releases keep a 1-byte copy beside it (not counted)."""

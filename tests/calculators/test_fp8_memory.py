@@ -1,5 +1,5 @@
 """What FP8 changes in the activation memory, by stack: Transformer Engine (Megatron) keeps each
-linear's input as the FP8 copy it cast (1 byte), torchao's float8 linears keep their bf16 input;
+linear's input as the FP8 copy it cast (1 byte), torchao's float8 is counted in bf16;
 and which norms Megatron's "layernorm" recompute reruns."""
 from dataclasses import replace
 
@@ -42,8 +42,8 @@ def test_te_fp8_in_a_moe_layer_keeps_the_dispatched_tokens_and_fc2_inputs_in_fp8
     assert _fp8_saving(QWEN, par, True) == pytest.approx(T * QWEN.hidden + e.top_k * T * (QWEN.hidden + e.expert_ffn))
 
 
-def test_torchao_float8_keeps_the_bf16_inputs():
-    """torchao's float8 linears keep their bf16 input: the published torchtitan runs use as much
+def test_torchao_float8_is_counted_in_bf16_as_its_runs_measure():
+    """torchao's float8 is counted in bf16: the published torchtitan runs use as much
     memory in FP8 as in bf16 (within 2%, each table's own rows), and so does the model."""
     fsdp = ParallelConfig(dp=8, mbs=1, gbs=8, seq=8192, framework="fsdp2", zero=3, compile=True, recompute="op_sac")
     assert _fp8_saving(LLAMA, fsdp, False) == 0
