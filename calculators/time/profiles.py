@@ -232,6 +232,15 @@ MI300X_FA2_FRACTION = _H100_FA2 * 328.6 / (327.9 * 0.876) / _BF16["MI300X"]  # 0
 # the two GPUs, 64 of the 448 GB/s, at H100's 0.8 of a link. The all-to-all and DeepEP-style
 # dispatch keep H100's shares (unmeasured).
 _MI300X_AR = 316.8 / 448
+# Streaming kernels: the STREAM triad's share of the HBM peak in the same guide, H100 2.97 of 3.35
+# TB/s, H200 4.18 of 4.8, MI300X 4.10 of 5.3; a GPU's hbm_fraction is H100's times its share over
+# H100's (MI300X 0.87, H200 0.98). The guide gives no STREAM for its Blackwell GPUs (they keep H100's).
+_STREAM = {"H100-80GB": 2.97 / 3.35, "H200-141GB": 4.18 / 4.8, "MI300X": 4.10 / 5.3}
+
+
+def _hbm(name: str) -> float:
+    return HardwareProfile().hbm_fraction * _STREAM[name] / _STREAM["H100-80GB"]
+
 MI300X_EFFICIENCY = {"intra": {**_H100_EFFICIENCY["intra"], "all_reduce": _MI300X_AR, "all_gather": _MI300X_AR,
                                "reduce_scatter": _MI300X_AR, "broadcast": _MI300X_AR, "p2p": 0.8 * 64 / 448},
                      "inter": dict(_H100_EFFICIENCY["inter"])}
@@ -257,7 +266,8 @@ def _measured(name: str, gemm_share: float, fa2_fraction: float, source: str, sm
 
 PROFILES: dict[str, HardwareProfile] = {
     "H100-80GB": _H100,
-    "H200-141GB": replace(_H100, name="H200-141GB"),
+    "H200-141GB": replace(_H100, name="H200-141GB", hbm_fraction=_hbm("H200-141GB"),
+                          source="as H100; streaming kernels at its STREAM share (_STREAM)"),
     "A100-40GB": replace(_H100, name="A100-40GB", gemm_fraction=0.78, attention_fraction=0.45,
                          dispatch_sm_share=DEEPEP_SMS / 108,
                          source="A100: cuBLAS bf16 reaches ~80-85% of 312 TFLOP/s on large shapes and "
@@ -281,7 +291,9 @@ PROFILES: dict[str, HardwareProfile] = {
                                 "MI300X: GEMMs at H100's fractions times its sustained FP8 hipBLASLt share relative "
                                 "to H100's (0.72), FlashAttention-2 (CK) at 1.13 times H100's rate at head dim 64, "
                                 "RCCL all-reduce at 0.71 of the 448 GB/s fabric (Azure's AI benchmarking guide; "
-                                "MI300X_EFFICIENCY); across nodes as H100", 304), efficiency=MI300X_EFFICIENCY),
+                                "MI300X_EFFICIENCY), streaming kernels at its STREAM share (0.87 of H100's); "
+                                "across nodes as H100", 304),
+                      efficiency=MI300X_EFFICIENCY, hbm_fraction=_hbm("MI300X")),
 }
 
 
