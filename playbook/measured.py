@@ -68,7 +68,8 @@ def _value(row, metric):
     m, pred = _obj(row.get("metrics")), _obj(_obj(row.get("prediction")).get(part))
     if metric.startswith("memory between"):
         got = m.get("allocated_between_steps_gib")
-        parts = [_number(pred.get(k)) or 0 for k in ("params_gib", "grads_gib", "optimizer_gib", "other_gib")]
+        grads = "grads_full_gib" if "grads_full_gib" in pred else "grads_gib"       # between steps: every gradient
+        parts = [_number(pred.get(k)) or 0 for k in ("params_gib", grads, "optimizer_gib", "other_gib")]
         want = sum(parts) if pred else None
         return got, want
     if metric.startswith("peak"):

@@ -11,7 +11,9 @@ main-grad buffer, DeepSpeed's partitions, nanotron). FSDP2 (torchtitan) zeroes t
 start of each step (optimizer.zero_grad(), set_to_none) and creates each layer's sharded gradient
 when its reduce-scatter lands in backward, so without gradient accumulation or a pipeline (one
 micro-batch per step) they do not coexist with the activations: the backward trades one for the
-other, and the peak holds max(activations, gradients), not their sum (`_grads_at_peak`).
+other, and the peak holds max(activations, gradients), not their sum (`late_grads`,
+`_grads_at_peak`). So under FSDP2 a larger micro-batch that makes the step one micro-batch can
+need less memory than a smaller one (the planner tries it, planner.one_microbatch).
 
 Convention: GiB (2^30 bytes); memory as PyTorch's allocator counts it (peak allocated). `fits`
 compares it with the framework's usable fraction of the GPU's memory (`usable_fraction`); the
@@ -40,6 +42,15 @@ USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validatio
 # validation/data/published_more.csv out of memory though each ran; this calls 32 (validation.stacks
 # lists them). No published Megatron run out of memory bounds it from above.
 USABLE = {"megatron": 0.95}
+
+
+def late_grads(par: ParallelConfig) -> bool:
+    """Whether the gradients come only as the backward frees the activations (module docstring):
+    FSDP2 sharding (ZeRO 2/3) or one GPU per replica (no DDP), no pipeline, one micro-batch per
+    step. torchtitan's DDP (fsdp2 at ZeRO 0/1 with dp > 1) keeps PyTorch's gradient buckets,
+    allocated when the model is wrapped and as large as every gradient, from step to step."""
+    return (par.framework == "fsdp2" and par.pp == 1 and par.microbatches == 1
+            and (par.zero >= 2 or par.dp * par.cp == 1))
 
 
 def usable_fraction(framework: str) -> float:
@@ -214,7 +225,7 @@ class _Context:
         # stages on one rank count at their mean); the logits live from F to the loss's backward
         # (I), and ZB-H1's waiting W's do not keep them
         m = par.microbatches
-        self.late_grads = par.framework == "fsdp2" and par.pp == 1 and m == 1
+        self.late_grads = late_grads(par)
         self.inflight = _inflight(par.schedule, par.pp, par.vpp, m)
         self.out_inflight = _inflight("1f1b", par.pp, 1, m) if par.schedule == "zb" else self.inflight
 

@@ -36,7 +36,7 @@ from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
-from .space import space, structures
+from .space import one_microbatch, space, structures
 from .split import balance_split
 from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
 
@@ -153,7 +153,8 @@ class _Search:
 
     def frugal(self):
         """Each (tp, cp, pp, dp, ep) at its most frugal setting, if that fits: its other knobs
-        can only add memory."""
+        can only add memory, but for FSDP2's one micro-batch per step (one_microbatch), tried
+        when the smallest micro-batch does not fit."""
         sp = self.space
         for sizes, invalid in structures(self.model, self.cluster, sp, self.gbs):
             try:
@@ -176,6 +177,12 @@ class _Search:
                 self.rejected.append(Rejected(base, invalid))
                 continue
             mem = self.memory(base)
+            one = None if isinstance(mem, ConfigError) or mem.fits else one_microbatch(base, sp["mbs"])
+            if one:
+                alt = replace(base, mbs=one)
+                alt_mem = self.memory(alt)
+                if not isinstance(alt_mem, ConfigError) and alt_mem.fits:
+                    base, mem = alt, alt_mem
             if isinstance(mem, ConfigError):
                 self.rejected.append(Rejected(base, str(mem)))
             elif not mem.fits and not (self.uneven and self._balanced(base, mem)):
@@ -209,22 +216,26 @@ class _Search:
 
     def _expand(self, base):
         """Every schedule, ZeRO stage and micro-batch with the least recompute that fits. Memory
-        only grows with mbs and falls with ZeRO, so a micro-batch that does not fit ends its loop
-        and a ZeRO stage where nothing fits ends the ZeRO loop."""
+        grows with mbs (but for FSDP2's one micro-batch per step, one_microbatch, which the loop
+        skips to) and falls with ZeRO, so a micro-batch that does not fit ends its loop and a ZeRO
+        stage where nothing fits ends the ZeRO loop."""
         sp = self.space
         schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing()))
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
                     for zero in self.zero_stages(base.dp, base.cp, base.pp):
-                        fitted = False
+                        fitted, skip_to = False, 0
                         for mbs in sorted(sp["mbs"]):
-                            if self.gbs % (base.dp * mbs):
+                            if self.gbs % (base.dp * mbs) or mbs < skip_to:
                                 continue
                             par = derive(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
                                          split=self.virtual_split(base.pp, vpp))
                             if not self._least_recompute(par):
-                                break
+                                skip_to = one_microbatch(par, sp["mbs"]) or 0
+                                if not skip_to:
+                                    break
+                                continue
                             fitted = True
                         if not fitted:
                             break

@@ -3,6 +3,9 @@ sequence length (defaults, narrowed by the user's constraints), and the valid (t
 ep, etp) structures on the cluster."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..memory.estimate import late_grads
 from ..specs.errors import ConfigError
 from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
@@ -129,3 +132,13 @@ def structures(model, cluster, space, gbs):
                             yield sizes, f"ep*etp={ep * (etp or tp)} does not divide dp*cp*tp={dp * cp * tp}"
                         else:
                             yield sizes, None
+
+
+def one_microbatch(par, mbs_allowed) -> int | None:
+    """The micro-batch that makes `par`'s step one micro-batch, where FSDP2 then holds fewer
+    gradients at its peak than a smaller micro-batch does (estimate.late_grads) and the space
+    allows it; None otherwise. Memory grows with mbs everywhere else."""
+    mbs = par.gbs // par.dp if par.dp and par.gbs % par.dp == 0 else 0
+    if mbs <= par.mbs or mbs not in mbs_allowed or not late_grads(replace(par, mbs=mbs)):
+        return None
+    return mbs

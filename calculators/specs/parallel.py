@@ -15,7 +15,7 @@ from .frameworks import MAX_ZERO_WITH_PP
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
 from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
-                        valid as recompute_valid)
+                        recomputed_norms, valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
@@ -148,11 +148,15 @@ def _recompute_modes(modes: tuple) -> bool:
 
 
 _MODULE_PART = {"moe_act": "MoE layer", "moe": "MoE layer", "shared_experts": "shared expert",
-                "mla_up_proj": "multi-latent attention", "mlp": "dense MLP layer"}
+                "mla_up_proj": "multi-latent attention", "mlp": "dense MLP layer",
+                "layernorm": "norm of its own (Megatron fuses a dense layer's norms into its linears)"}
 
 
-def _has_module(model: ModelSpec, module: str) -> bool:
-    """Whether the model has the part a Megatron recompute module recomputes."""
+def _has_module(model: ModelSpec, module: str, framework: str = "megatron") -> bool:
+    """Whether the model has the part a Megatron recompute module recomputes (Megatron's
+    layernorm: a norm of its own, recompute.recomputed_norms)."""
+    if module == "layernorm":
+        return recomputed_norms(framework, model.mla is not None, bool(model.moe and model.moe_layers)) > 0
     if module == "mla_up_proj":
         return model.mla is not None
     if module == "mlp":
@@ -247,7 +251,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if t > 1 and not par.sp:
         w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
                  "activations are replicated; set sp=true")
-    idle = [m for m in modules(par.recompute) if not _has_module(model, m)]
+    idle = [m for m in modules(par.recompute) if not _has_module(model, m, par.framework)]
     if idle:
         w.append(f"recompute modules {', '.join(idle)} free nothing in this model (it has no "
                  f"{' and no '.join(sorted({_MODULE_PART[m] for m in idle}))}); drop them from recompute")

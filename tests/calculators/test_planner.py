@@ -418,3 +418,17 @@ def test_offloading_is_planned_where_allowed_instead_of_recompute():
     assert offloaded.step.time_s < recomputed.step.time_s and "offload=" in offloaded.label()
     with pytest.raises(ConfigError, match="offload_layers"):
         plan(llama, cluster, 8192, 128, {"offload_layers": -1})
+
+
+def test_fsdp2_plans_the_one_micro_batch_that_fits_where_smaller_ones_do_not():
+    """Under FSDP2 one micro-batch per step holds fewer gradients at the peak (estimate.late_grads),
+    so a larger micro-batch can fit where the smallest does not: the planner tries it."""
+    model = model_from_name("llama2-7b")
+    cluster = ClusterSpec(gpu_from_name("H200-141GB"), nodes=1, gpus_per_node=1)
+    small = estimate_memory(model, cluster, ParallelConfig(dp=1, zero=0, mbs=1, gbs=2, seq=8192, framework="fsdp2",
+                                                           recompute="full"))
+    assert not small.fits
+    result = plan(model, cluster, 8192, 2, {"framework": "fsdp2"})
+    assert result.plans and result.plans[0].par.mbs == 2 and result.plans[0].par.microbatches == 1
+    assert estimate_memory(model, cluster, result.plans[0].par).fits
+

@@ -68,7 +68,8 @@ def test_recomputing_moe_runs_its_gemms_and_all_to_alls_again():
 def test_a_module_the_model_lacks_is_named_in_a_warning():
     dense = model_from_name("llama3-8b")
     warned = check_layout(dense, ClusterSpec(H100, 1, 8), ParallelConfig(dp=8, gbs=8, recompute="moe_act+layernorm"))
-    assert any("recompute modules moe_act free nothing in this model (it has no MoE layer)" in w for w in warned)
+    assert any("recompute modules moe_act, layernorm free nothing in this model (it has no MoE layer and no "
+               "norm of its own" in w for w in warned)
     assert not any("recompute modules" in w for w in check_layout(QWEN, CLUSTER, replace(PAR, recompute="moe")))
 
 
@@ -132,3 +133,14 @@ def test_recomputing_a_module_never_costs_memory_nor_saves_time(name, mods, fram
     assert peak["full"] <= peak[par.recompute] * (1 + 1e-9) and peak[par.recompute] <= peak["none"] * (1 + 1e-9)
     steps = {r: estimate_step(model, cluster, replace(par, recompute=r), profile).time_s for r in ("none", par.recompute)}
     assert steps[par.recompute] >= steps["none"] * (1 - 1e-9)
+
+
+def test_megatron_layernorm_on_a_dense_model_is_named_as_freeing_nothing():
+    """Megatron fuses a dense GQA layer's norms into its linears, so "layernorm" reruns nothing
+    there: the answer says so; a MoE model's pre-MLP norm and other frameworks' norms are rerun."""
+    llama = model_from_name("llama3-8b")
+    warned = check_layout(llama, CLUSTER, ParallelConfig(dp=16, gbs=64, seq=4096, recompute="layernorm"))
+    assert any("layernorm free nothing" in w and "fuses a dense layer's norms" in w for w in warned)
+    assert not any("free nothing" in w for w in check_layout(QWEN, CLUSTER, replace(PAR, recompute="layernorm")))
+    other = ParallelConfig(dp=16, gbs=64, seq=4096, recompute="layernorm", framework="deepspeed")
+    assert not any("free nothing" in w for w in check_layout(llama, CLUSTER, other))

@@ -92,3 +92,14 @@ def test_fsdp2_trades_gradients_for_activations_without_accumulation():
         s = estimate_memory(model, cluster, ParallelConfig(dp=8, zero=3 if framework == "deepspeed" else 1, gbs=8,
                                                            seq=4096, framework=framework)).worst
         assert s.grads_gib == s.grads_full_gib > 0
+
+
+def test_ddp_keeps_its_gradient_buckets():
+    """fsdp2 at ZeRO 0/1 with dp > 1 is torchtitan's DDP, whose gradient buckets (as large as every
+    gradient) are allocated when the model is wrapped: its gradients are never late."""
+    model, cluster = model_from_name("llama3-8b"), ClusterSpec(gpu_from_name("H200-141GB"), nodes=1)
+    ddp = estimate_memory(model, cluster, ParallelConfig(dp=8, zero=1, gbs=8, seq=4096, framework="fsdp2")).worst
+    assert ddp.grads_gib == ddp.grads_full_gib > 0
+    one = estimate_memory(model, ClusterSpec(gpu_from_name("H200-141GB"), nodes=1, gpus_per_node=1),
+                          ParallelConfig(dp=1, zero=0, gbs=1, seq=4096, framework="fsdp2")).worst
+    assert one.grads_gib == 0 < one.grads_full_gib                  # one GPU: no DDP, PyTorch's own grads
