@@ -190,3 +190,10 @@ def distinct(leaders: list) -> list:
                    for u, q in kept):
             kept.append((t, par))
     return kept
+
+
+def oom_reason(mem) -> str:
+    """Why a layout was rejected for memory: its most loaded stage against the usable memory."""
+    usable = mem.usable_gib
+    return (f"out of memory: stage {mem.stage} needs {mem.total_gib:.1f} GiB, "
+            f"{mem.total_gib - usable:.1f} GiB over the usable {usable:.1f} GiB")

@@ -28,7 +28,7 @@ from dataclasses import replace
 from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.validate import check_fields
-from .explain import Plan, PlanResult, Rejected, distinct, finalists, rejections, short, why
+from .explain import Plan, PlanResult, Rejected, distinct, finalists, oom_reason, rejections, short, why
 from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
@@ -36,7 +36,7 @@ from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
-from .space import one_microbatch, space, structures
+from .space import node_counts, one_microbatch, space, structures
 from .split import balance_split
 from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
 
@@ -44,12 +44,6 @@ __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
 FINALISTS = 12                   # closed-form leaders that are rebalanced and simulated
 PRUNE = 1.15                     # skip a structure whose optimistic time is this far behind
-
-
-def _oom_reason(mem) -> str:
-    usable = mem.usable_gib
-    return (f"out of memory: stage {mem.stage} needs {mem.total_gib:.1f} GiB, "
-            f"{mem.total_gib - usable:.1f} GiB over the usable {usable:.1f} GiB")
 
 
 # --------------------------------------------------------------------------- the search
@@ -186,7 +180,7 @@ class _Search:
             if isinstance(mem, ConfigError):
                 self.rejected.append(Rejected(base, str(mem)))
             elif not mem.fits and not (self.uneven and self._balanced(base, mem)):
-                self.rejected.append(Rejected(base, "even at its most frugal setting, " + _oom_reason(mem),
+                self.rejected.append(Rejected(base, "even at its most frugal setting, " + oom_reason(mem),
                                               kind="frugal_oom"))
             else:
                 yield base
@@ -295,7 +289,7 @@ class _Search:
         split = self._balanced(par, mem) if self.uneven else None
         if split:
             return replace(par, split=split)
-        self.rejected.append(Rejected(par, _oom_reason(mem), kind="oom"))
+        self.rejected.append(Rejected(par, oom_reason(mem), kind="oom"))
         return None
 
     def _balanced(self, par, mem):
@@ -384,8 +378,8 @@ def _impossible(search) -> tuple[str, int]:
             f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
     closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
-    text += f"; the closest, {short(closest.par)}, is {_oom_reason(peak_memory(model, cluster, closest.par))}"
-    counts = _node_counts(cluster.nodes, cluster.gpus_per_node)
+    text += f"; the closest, {short(closest.par)}, is {oom_reason(peak_memory(model, cluster, closest.par))}"
+    counts = node_counts(cluster.nodes, cluster.gpus_per_node)
     if not counts:
         return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0
     for nodes in counts:
@@ -396,14 +390,3 @@ def _impossible(search) -> tuple[str, int]:
             return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "
                     f"for example {short(fit)}.", bigger.world)
     return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0
-
-
-def _node_counts(start: int, gpus_per_node: int) -> list[int]:
-    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps, up
-    to the limits on nodes and GPUs (limits.py)."""
-    top = min(limits.CLUSTER["nodes"][1], limits.MAX_GPUS // gpus_per_node)
-    counts = list(range(start + 1, start + 17))
-    while counts[-1] < top:
-        counts.append(int(counts[-1] * 1.25) + 1)
-    counts = [n for n in counts if n <= top]
-    return counts + [top] if top > start and (not counts or counts[-1] < top) else counts

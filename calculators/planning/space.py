@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..memory.estimate import late_grads
+from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
@@ -142,3 +143,14 @@ def one_microbatch(par, mbs_allowed) -> int | None:
     if mbs <= par.mbs or mbs not in mbs_allowed or not late_grads(replace(par, mbs=mbs)):
         return None
     return mbs
+
+
+def node_counts(start: int, gpus_per_node: int) -> list[int]:
+    """Cluster sizes to try, smallest first: every count up to 16 more nodes, then 25% steps, up
+    to the limits on nodes and GPUs (limits.py)."""
+    top = min(limits.CLUSTER["nodes"][1], limits.MAX_GPUS // gpus_per_node)
+    counts = list(range(start + 1, start + 17))
+    while counts[-1] < top:
+        counts.append(int(counts[-1] * 1.25) + 1)
+    counts = [n for n in counts if n <= top]
+    return counts + [top] if top > start and (not counts or counts[-1] < top) else counts
