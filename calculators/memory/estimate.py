@@ -13,7 +13,7 @@ when its reduce-scatter lands in backward, so without gradient accumulation or a
 micro-batch per step) they do not coexist with the activations: the backward trades one for the
 other, and the peak holds max(activations, gradients), not their sum (`late_grads`,
 `_grads_at_peak`). So under FSDP2 a larger micro-batch that makes the step one micro-batch can
-need less memory than a smaller one (the planner tries it, planner.one_microbatch).
+need less memory than a smaller one (the planner tries it, planning.space.one_microbatch).
 
 Convention: GiB (2^30 bytes); memory as PyTorch's allocator counts it (peak allocated). `fits`
 compares it with the framework's usable fraction of the GPU's memory (`usable_fraction`); the
