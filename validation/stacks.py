@@ -113,11 +113,21 @@ def _loss(settings: str) -> str:
     return ""
 
 
+def _te_modules(settings: str) -> bool:
+    """Whether a PyTorch-native row builds its layers from Transformer Engine's modules: NeMo
+    Automodel's "TE" kernel optimizations (its performance summary's glossary: "RMSNorm, Linear and
+    DotProductAttention")."""
+    return re.search(r"(^|[;,+\s])TE(\s*\+|\s*;|\s*,|$)", settings) is not None
+
+
 def _attention(settings: str) -> str:
     """The attention kernel a row forces (sdpa=cudnn or sdpa=flash: PyTorch's SDPA backends, flash
-    being FlashAttention-2), else "" (the framework's default, kernels.attention_kernel)."""
+    being FlashAttention-2; Transformer Engine's DotProductAttention, whose FusedAttention backend
+    runs cuDNN's kernels, as Megatron's does), else "" (the framework's, kernels.attention_kernel)."""
     found = re.search(r"sdpa\s*=\s*(cudnn|flash)\b", settings, re.I)
-    return {"cudnn": "cudnn", "flash": "fa2"}[found.group(1).lower()] if found else ""
+    if found:
+        return {"cudnn": "cudnn", "flash": "fa2"}[found.group(1).lower()]
+    return "cudnn" if _te_modules(settings) else ""
 
 
 def _dispatcher(settings: str) -> str:
@@ -198,6 +208,7 @@ def _run(line: int, row: dict) -> Run:
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
                          experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row),
+                         elementwise="fused" if _te_modules(row["other_settings"]) else "",
                          moment_dtype=_moment_dtype(row), offload_layers=_offload(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
@@ -357,7 +368,8 @@ def main() -> None:
         p = s.run.par
         label = (f"{s.run.model.name} {s.run.cluster.world}x{s.run.cluster.gpu.name} {p.framework} {p.precision} "
                  f"tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero} mbs{p.mbs} seq{p.seq} {p.recompute}"
-                 + (" compile" if p.compile else "") + (f" attention={p.attention}" if p.attention else ""))
+                 + (" compile" if p.compile else "") + (f" attention={p.attention}" if p.attention else "")
+                 + (f" elementwise={p.elementwise}" if p.elementwise else ""))
         if s.predicted is None:
             print(f"| {label} | {s.run.source} | {s.run.measured or '-'} | not expressible: {s.reason[:120]} | | |")
         elif s.run.measured:

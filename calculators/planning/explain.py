@@ -42,6 +42,7 @@ def label(p: ParallelConfig) -> str:
     parts += ["tp-overlap"] if p.tp_overlap else []
     parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
     parts += [f"experts={p.experts}"] if p.experts else []
+    parts += [f"elementwise={p.elementwise}"] if p.elementwise else []
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
     parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []

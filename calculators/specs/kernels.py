@@ -1,6 +1,7 @@
-"""Which kernel a framework runs for the attention core, the cross-entropy and a GPU's local
-experts, and what the loss's kernels move and keep. `parallel.attention`, `parallel.loss` and
-`parallel.experts` override the framework's choice; the time and memory models ask here."""
+"""Which kernel a framework runs for the attention core, the cross-entropy, a GPU's local experts
+and the element-wise ops, and what the loss's kernels move and keep. `parallel.attention`,
+`parallel.loss`, `parallel.experts` and `parallel.elementwise` override the framework's choice;
+the time and memory models ask here."""
 from __future__ import annotations
 
 from .hardware import BLACKWELL
@@ -108,3 +109,20 @@ def expert_kernel(par) -> str:
     if par.experts:
         return par.experts
     return "loop" if par.framework in ("megatron", "deepspeed") else "fused"
+
+
+def elementwise_kernels(par) -> str:
+    """Whether the norms, RoPE and the MLP's activation run "eager" (one PyTorch op per step of the
+    math, each through HBM) or "fused" (one kernel each); calculators/time/elementwise.py counts the
+    bytes of both. `parallel.elementwise` overrides the framework's:
+
+    - megatron and nanotron: fused (Transformer Engine's norms and RoPE, fused bias-SwiGLU;
+      nanotron's fused norm);
+    - fsdp2 (torchtitan) and deepspeed (Hugging Face modules): eager, fused under torch.compile.
+      A PyTorch-native stack built on Transformer Engine's modules, as NeMo Automodel's "TE"
+      kernel optimizations are (RMSNorm, Linear and DotProductAttention), or on Liger's kernels,
+      runs them fused without compiling: say elementwise="fused".
+    It sets what the kernels move (time); the activation bytes follow `framework` and `compile`."""
+    if par.elementwise:
+        return par.elementwise
+    return "eager" if par.framework in ("fsdp2", "deepspeed") and not par.compile else "fused"

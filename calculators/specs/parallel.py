@@ -20,6 +20,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
+ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
@@ -63,6 +64,9 @@ class ParallelConfig:
     experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
                                  # GroupedLinear) | fused (one kernel for all); "": the framework's
                                  # (kernels.expert_kernel)
+    elementwise: str = ""        # the norms, RoPE and activation kernels' HBM traffic: eager (unfused PyTorch
+                                 # ops) | fused (Transformer Engine's, Liger's, torch.compile's); "": the
+                                 # framework's (kernels.elementwise_kernels); time only
     grad_dtype: str = ""         # gradients for the optimizer and the data-parallel reduction: fp32 | bf16;
                                  # "": the framework's (frameworks.grad_dtype; Megatron's --grad-reduce-in-bf16)
     moment_dtype: str = ""       # Adam's moments: fp32 | bf16 (Megatron's precision-aware optimizer,
@@ -84,6 +88,7 @@ class ParallelConfig:
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,
+                                  "elementwise": ELEMENTWISE_KERNELS,
                                   "moment_dtype": MOMENT_DTYPES})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "

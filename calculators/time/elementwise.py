@@ -14,6 +14,9 @@ times in how many they move:
   backward op by op (TorchDispatchMode on fake tensors) and checks the coefficients below.
 - eager Hugging Face modules (deepspeed): LlamaRMSNorm upcasts to fp32 and multiplies the
   weight in bf16 (36 bytes per element forward); RoPE by rotate_half in bf16; checked the same way.
+Which one a layout runs is kernels.elementwise_kernels' (`parallel.elementwise` overrides it: a
+PyTorch-native stack on Transformer Engine's or Liger's modules is fused without compiling; an
+eager Megatron or nanotron is counted with torchtitan's eager ops).
 PyTorch 2.8 added a fused rms_norm CUDA kernel (pytorch pull request 153666): the eager counts
 describe the PyTorch of the published torchtitan runs (2.4 to 2.7); on 2.8 and later an eager
 stack's norms cost about what a fused one's do.
@@ -25,6 +28,7 @@ intermediate width (T tokens, sharded) and the head dim (RoPE's table, read per 
 from __future__ import annotations
 
 from ..specs.frameworks import fused_matmuls
+from ..specs.kernels import elementwise_kernels
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
 
@@ -37,12 +41,6 @@ EAGER = {
 # a 2-matrix MLP (GELU): the activation reads and writes the intermediate once forward (2 + 2
 # bytes), backward twice that; no product kernel
 GELU = {"forward": 4, "backward": 8}
-
-
-def style(par: ParallelConfig) -> str:
-    """"eager" for the stacks that run PyTorch ops unfused (fsdp2, deepspeed) without
-    torch.compile; else "fused"."""
-    return "eager" if par.framework in EAGER and not par.compile else "fused"
 
 
 def permute_bytes(model: ModelSpec, tokens: float) -> float:
@@ -60,7 +58,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     token each way, twice backward)."""
     t = par.tp
     t_sp = tokens / t if par.sp else tokens
-    table = EAGER[par.framework] if style(par) == "eager" else FUSED
+    # eager ops as torchtitan writes them, or as Hugging Face's modules do under DeepSpeed
+    table = EAGER.get(par.framework, EAGER["fsdp2"]) if elementwise_kernels(par) == "eager" else FUSED
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t

@@ -114,6 +114,15 @@ def test_eager_elementwise_bytes_match_pytorchs_ops(shape, block, framework):
     compiled = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, compile=True), False,
                            batch * seq)
     assert compiled["forward"][0] < 0.45 * predicted["forward"][0]
+    # a stack on Transformer Engine's or Liger's modules says so without compiling: the same fused
+    # counts; an eager Megatron or nanotron moves torchtitan's eager ops
+    fused = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, elementwise="fused"), False,
+                        batch * seq)
+    assert fused == compiled
+    eager = {fw: layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=fw, elementwise="eager"), False,
+                             batch * seq) for fw in ("megatron", "nanotron")}
+    if framework == "fsdp2":
+        assert eager["megatron"] == eager["nanotron"] == predicted
 
 
 @pytest.mark.parametrize("shape", SHAPES[:2])

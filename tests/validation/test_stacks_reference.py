@@ -98,6 +98,17 @@ def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
     assert {r.par.moment_dtype for r in zoo if r.par.precision == "bf16"} == {""}
 
 
+def test_pytorch_native_runs_on_transformer_engine_modules_run_its_kernels(scored):
+    """NeMo Automodel's "TE" runs (FSDP2 over Transformer Engine's RMSNorm, Linear and
+    DotProductAttention) run fused element-wise kernels and cuDNN attention, not torchtitan's eager
+    ops and FlashAttention-2; the other PyTorch-native rows keep their framework's."""
+    runs = [s.run for s in scored[0]]
+    te = [r for r in runs if r.source == "nemo-automodel-perf"]
+    assert te and all(r.par.elementwise == "fused" and r.par.attention == "cudnn" for r in te)
+    native = [r for r in runs if r.par.framework in ("fsdp2", "deepspeed") and r.source != "nemo-automodel-perf"]
+    assert native and all(r.par.elementwise == "" for r in native)
+
+
 def test_memory_is_reported_per_framework(scored):
     """torchtitan's published peaks (reserved, op-level SAC, its loss compiled or not): within 10%
     at the median (the MoE debug model's 145 GiB, 21% over the model, is not explained)."""
