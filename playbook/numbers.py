@@ -97,7 +97,7 @@ def collective(op: str = "all_reduce", size: str = "268435456", n: str = "8", k:
 def first_step_peak(**kw) -> str:
     """Peak of the first training step (no Adam moments yet), GiB."""
     model, cluster, par = scenario_from(_typed(kw))
-    phases = step_timeline(estimate_memory(model, cluster, par), par.framework)
+    phases = step_timeline(estimate_memory(model, cluster, par), par)
     return f"{max(sum(r.values()) for name, r in phases if name.startswith('step 1')):.1f} GiB"
 
 

@@ -14,6 +14,11 @@ micro-batch per step) they do not coexist with the activations: the backward tra
 other, and the peak holds max(activations, gradients), not their sum (`late_grads`,
 `_grads_at_peak`). So under FSDP2 a larger micro-batch that makes the step one micro-batch can
 need less memory than a smaller one (the planner tries it, planning.space.one_microbatch).
+PyTorch's DDP (fsdp2 at ZeRO 0/1 over more than one replica, as torchtitan ran it before its
+FSDP-based replicate of 2026-03) keeps both: the reducer's flat gradient buckets, allocated when
+the model is wrapped and kept from step to step, and, with its default gradient_as_bucket_view=
+False, each parameter's own .grad, which zero_grad frees and the backward creates again
+(`ddp_buckets`; tests/calculators/test_memory.py shows both on PyTorch's own DDP).
 
 Convention: GiB (2^30 bytes); memory as PyTorch's allocator counts it (peak allocated). `fits`
 compares it with the framework's usable fraction of the GPU's memory (`usable_fraction`); the
@@ -51,6 +56,13 @@ def late_grads(par: ParallelConfig) -> bool:
     allocated when the model is wrapped and as large as every gradient, from step to step."""
     return (par.framework == "fsdp2" and par.pp == 1 and par.microbatches == 1
             and (par.zero >= 2 or par.dp * par.cp == 1))
+
+
+def ddp_buckets(par: ParallelConfig) -> bool:
+    """Whether the layout runs PyTorch's DDP, whose gradient buckets are as large as every gradient
+    and live beside the parameters' own .grad (module docstring): fsdp2 unsharded (ZeRO 0/1) over
+    more than one data-parallel replica."""
+    return par.framework == "fsdp2" and par.zero <= 1 and par.dp * par.cp > 1
 
 
 def usable_fraction(framework: str) -> float:
@@ -226,6 +238,8 @@ class _Context:
         # (I), and ZB-H1's waiting W's do not keep them
         m = par.microbatches
         self.late_grads = late_grads(par)
+        self.ddp = ddp_buckets(par)
+        self.one_microbatch = par.pp == 1 and m == 1
         self.inflight = _inflight(par.schedule, par.pp, par.vpp, m)
         self.out_inflight = _inflight("1f1b", par.pp, 1, m) if par.schedule == "zb" else self.inflight
 
@@ -276,8 +290,16 @@ class _Context:
     def _grads_at_peak(self, grads: float, activations: float) -> float:
         """The gradient bytes beside the activations at the peak: all of them, or, for FSDP2 with
         one micro-batch per step (late_grads), what the finished backward holds beyond the
-        activations it freed (module docstring)."""
+        activations it freed (module docstring). DDP holds its buckets and the parameters' .grad:
+        with one micro-batch per step the .grad come as the activations go, with more the first
+        micro-batch's stay through the later ones' backward."""
+        if self.ddp:
+            return grads + (max(0.0, grads - activations) if self.one_microbatch else grads)
         return max(0.0, grads - activations) if self.late_grads else grads
+
+    def _grads_full(self, grads: float) -> float:
+        """Every gradient byte the GPU holds once backward ends (DDP: its buckets and the .grad)."""
+        return 2 * grads if self.ddp else grads
 
     def stage(self, rank: int, layers) -> StageMemory:
         role, params, saved, working, other, fixed = self._static_of(rank, layers)
@@ -286,7 +308,7 @@ class _Context:
             stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
             grads_gib=self._grads_at_peak(role["grads"], activations) / GIB, master_gib=role["master"] / GIB,
             optimizer_gib=role["optimizer"] / GIB, activations_gib=activations / GIB, other_gib=other / GIB,
-            resident_gib=(fixed + other) / GIB, grads_full_gib=role["grads"] / GIB)
+            resident_gib=(fixed + other) / GIB, grads_full_gib=self._grads_full(role["grads"]) / GIB)
 
     def totals_gib(self, ranks) -> list[float]:
         """Every rank's total GiB without building its StageMemory (the planner's fit test runs

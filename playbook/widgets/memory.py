@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from calculators.memory.estimate import memory_dict
+from calculators.memory.estimate import ddp_buckets, memory_dict
 from calculators.specs.frameworks import grad_dtype
 from playbook.plots import memory_by_stage
 
@@ -29,7 +29,11 @@ def compute(v: dict):
             f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments; {CONVENTION}; fits "
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")
-    if mem["grads_full_gib"] > mem["grads_gib"] + 1e-9:
+    if ddp_buckets(par):
+        text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} GiB, {mem['grads_full_gib']:.2f} once the backward "
+                 "ends. This layout is PyTorch's DDP: its gradient buckets, allocated when the model is wrapped, "
+                 "stay from step to step beside each parameter's own .grad, which the backward creates.")
+    elif mem["grads_full_gib"] > mem["grads_gib"] + 1e-9:
         text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} of {mem['grads_full_gib']:.2f} GiB. FSDP2 sets "
                  "them to None each step and, with one micro-batch per step, creates each layer's as its backward "
                  "frees that layer's activations: the peak holds the larger of the two, not their sum.")

@@ -17,7 +17,7 @@ KEYS = ("model", "gpu", "dp", "tp", "pp", "zero", "mbs", "gbs", "seq", "recomput
 def compute(v: dict):
     model, cluster, par = scenario_from(v)
     est = estimate_memory(model, cluster, par)
-    phases = step_timeline(est, par.framework)
+    phases = step_timeline(est, par)
     peak = max(sum(r.values()) for _, r in phases)
     first = max(sum(r.values()) for name, r in phases if name.startswith(("init", "step 1")))
     why = ("The first step peaks lower because Adam creates its moments only at its first update."

@@ -49,6 +49,47 @@ def test_model_states_equal_a_real_model_with_adamw():
     assert est.optimizer_gib * GIB == nbytes(v for s in opt.state.values() for k, v in s.items() if k != "step")
 
 
+def test_ddp_keeps_its_buckets_beside_each_parameters_grad():
+    """PyTorch's DDP (fsdp2 at ZeRO 0/1 over two or more replicas) keeps a flat bucket per group of
+    gradients from step to step, and with its default gradient_as_bucket_view=False each
+    parameter's .grad is a tensor of its own: the estimate holds both once the backward ends, the
+    buckets alone from init (step_timeline), and FSDP2 at ZeRO 3 neither."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+        ddp = DistributedDataParallel(model)
+        buckets = []
+
+        def hook(_, bucket):
+            buckets.append((bucket.buffer().data_ptr(), bucket.buffer().numel() * bucket.buffer().element_size()))
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+        ddp.register_comm_hook(None, hook)
+        seen = []
+        for _ in range(3):                     # the first step's buckets are rebuilt once, in grad order
+            buckets.clear()
+            ddp(torch.randn(4, 64)).sum().backward()
+            grads = [p.grad for p in model.parameters()]
+            assert not any(b <= g.data_ptr() < b + n for g in grads for b, n in buckets)   # .grad of their own
+            assert sum(n for _, n in buckets) == sum(g.numel() * g.element_size() for g in grads)
+            seen.append(buckets[0][0])
+            model.zero_grad(set_to_none=True)
+        assert seen[1] == seen[2]               # the same bucket kept from step to step
+    finally:
+        dist.destroy_process_group()
+    for zero, dp, twice in ((1, 8, True), (0, 8, True), (1, 1, False), (3, 8, False)):
+        c = ClusterSpec(gpu_from_name("H100-80GB"), nodes=1, gpus_per_node=dp)
+        par = ParallelConfig(dp=dp, zero=zero, gbs=16, seq=4096, framework="fsdp2")
+        w = estimate_memory(model_from_name("llama3-8b"), c, par).worst
+        held = bytes_per_param("fsdp2", zero, dp)["grads"]
+        grads = (held[0] + held[1] / dp) * w.params / GIB
+        assert w.grads_full_gib == pytest.approx(2 * grads if twice else grads)
+
+
 @pytest.mark.parametrize("framework,zero,d,expected", [
     ("megatron", 0, 8, 18), ("megatron", 1, 8, 6 + 12 / 8),      # Megatron-LM distributed optimizer docs
     ("deepspeed", 1, 64, 4 + 12 / 64), ("deepspeed", 2, 64, 2 + 14 / 64), ("deepspeed", 3, 64, 16 / 64),
@@ -192,7 +233,8 @@ def test_memory_never_rises_when_one_sharding_degree_rises(d, axis):
     Expert parallelism under torchtitan's op-level SAC (fsdp2's "selective") is exempt: that policy
     saves the all-to-alls' outputs, which exist only with ep > 1, and with many micro-batches in
     flight they can outweigh the expert weights ep shards (16 GPipe micro-batches of 8k tokens:
-    +4 GiB saved against -1.5 GiB of weights and their state)."""
+    +4 GiB saved against -1.5 GiB of weights and their state). A second data-parallel replica turns
+    unsharded fsdp2 into PyTorch's DDP, whose gradient buckets are new memory (estimate.ddp_buckets)."""
     if axis == "ep" and (not d["moe"] or (d["framework"] == "fsdp2" and d["recompute"] == "selective")):
         return
     if axis == "pp" and d["schedule"] == "gpipe":
@@ -201,6 +243,8 @@ def test_memory_never_rises_when_one_sharding_degree_rises(d, axis):
         d["framework"] = "megatron"
     if axis == "dp" and d["zero"] == 0:
         d["zero"] = 1
+    if axis in ("dp", "cp") and d["framework"] == "fsdp2" and d["zero"] <= 1 and d["dp"] * d["cp"] == 1:
+        d["zero"] = 2           # a second replica makes unsharded fsdp2 PyTorch's DDP, whose buckets are new
     bigger = {**d, axis: d[axis] * 2}
     if axis == "dp":
         bigger["m"] = max(1, d["m"] // 2) if d["m"] > 1 else 1   # same global batch: fewer micro-batches
