@@ -56,10 +56,11 @@ for s in $stages; do
     cp)          # context parallelism, one rank of cp 2 (fake process group: the ring's sends are no-ops)
       stage cp 90 $py -m benchmarks memory --world 2 --cp 2 --zero 3 --model nanotron-1.34b --seq 16384 --mbs 1 \
         --gbs 1 --steps 1 --warmup 0 --out "$out/memory.jsonl" ;;
-    sustained)   # a burst against a sustained load, with the clocks and power beside it
+    sustained)   # a burst against a sustained load (a GEMM, then cuDNN attention at 32k), clocks and power beside
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
         --format=csv -lms 500 > "$out/clocks.csv" & smi=$!
       stage sustained 60 $py "$here/sustained.py" 25
+      stage sustained-attention 60 $py "$here/sustained.py" 25 attention
       kill $smi ;;
     phases)      # where one GPU's training memory goes, phase by phase
       stage phases 120 env PYTHONPATH=. $py "$here/memory_phases.py" "$out" nanotron-1.34b 4096 1 none
