@@ -21,9 +21,9 @@ import threading
 
 from .specs import limits
 from .specs.errors import ConfigError
-from .specs.frameworks import grad_dtype
+from .specs.frameworks import grad_dtype, master_dtype
 from .specs.hardware import GPU_PRESETS
-from .specs.parallel import FRAMEWORKS, GRAD_DTYPES, MOMENT_DTYPES, RECOMPUTE, SCHEDULES
+from .specs.parallel import FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES, RECOMPUTE, SCHEDULES
 from .specs.recompute import EXPLICIT, MODULES_TEXT
 from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
@@ -184,7 +184,7 @@ def cmd_memory(args) -> int:
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
-            "schedule", "framework", "grad_dtype", "moment_dtype", "offload_layers")})
+            "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "offload_layers")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -193,7 +193,8 @@ def cmd_memory(args) -> int:
     print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
           f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
-          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments\n")
+          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, {master_dtype(par)} master "
+          f"weights\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
     for s in est.stages:
@@ -255,6 +256,10 @@ def main(argv=None) -> int:
                    help="gradients kept and reduced in (default: the framework's; Megatron's fp32)")
     m.add_argument("--moment-dtype", default="", choices=MOMENT_DTYPES,
                    help="Adam's moments (bf16: Megatron's precision-aware optimizer; default fp32)")
+    m.add_argument("--master-dtype", default="", choices=MASTER_DTYPES,
+                   help="the optimizer's master weights: fp32, remainder (16 bits beside each bf16 weight: "
+                        "Megatron's precision-aware optimizer, NeMo 1.x's Apex DistributedFusedAdam) or none "
+                        "(default: the framework's)")
     args = ap.parse_args(argv)
     if args.cmd == "estimate":
         return cmd_estimate(args)

@@ -175,6 +175,39 @@ def _moment_dtype(row: dict) -> str:
     return "bf16" if modelzoo_fp8 else ""
 
 
+# NeMo 1.x launcher runs on Apex's DistributedFusedAdam (optim name distributed_fused_adam in the
+# configs they ran: NVIDIA/dgxc-benchmarking at v24.11.1 (35a9aec) and v25.02 (8f5cbb3),
+# llama3.1/*.yaml, nemo_megatron/gpt3_175b_hydra.yaml, nemotron/*.yaml; NeMo-Framework-Launcher's
+# conf/training/nemotron/nemotron_340b.yaml as of NeMo 24.07, 1ab2c78). NeMo's setup_optimization
+# (megatron_base_model.py) gives it no fp32 master with bf16 weights: 16-bit remainders where its
+# state is fp32 (store_param_remainders), nothing where it is bf16 (store_params=False); Apex reduces
+# gradients in its state dtype unless grad_sync_dtype says otherwise. (source, model) -> (grad_dtype,
+# moment_dtype, master_dtype); dgxc v25.02's Nemotron-4 15B moved to Megatron's optimizer
+# (mcore_distributed_optim) and keeps the default.
+_DEFAULT_APEX = ("", "", "remainder")
+_BF16_APEX = ("bf16", "bf16", "none")            # optim.dtype bf16, grad_sync_dtype bf16
+APEX_ADAM = {("dgxc-benchmarking-v24.11.1", m): _DEFAULT_APEX
+             for m in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "nemotron4-15b")}
+APEX_ADAM.update({("dgxc-benchmarking-v25.02", m): _DEFAULT_APEX
+                  for m in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b")})
+APEX_ADAM.update({("dgxc-benchmarking-v24.11.1", "nemotron4-340b"): _BF16_APEX,
+                  ("nemo-24.07", "nemotron4-340b"): _BF16_APEX})
+
+
+def _optimizer(row: dict) -> tuple[str, str, str]:
+    """(grad_dtype, moment_dtype, master_dtype) of a row: APEX_ADAM's for the NeMo 1.x launcher runs
+    on Apex's optimizer, else what _grad_dtype and _moment_dtype read, with master remainders for
+    Megatron-Bridge's bf16 runs: its performance scripts turn on Megatron's precision-aware
+    optimizer whenever the compute dtype is bf16 (scripts/performance, since the first, 568b3a3ef,
+    2025-08-28), whose Transformer Engine FusedAdam keeps 16-bit remainders (store_param_remainders,
+    Megatron-Core's default), and the framework's master elsewhere."""
+    apex = APEX_ADAM.get((row["source_id"], row["model"].strip()))
+    if apex and row["framework"].strip().lower() == "nemo":
+        return apex
+    bridge_bf16 = row["source_id"].startswith("megatron-bridge-") and row["precision"].strip().lower() == "bf16"
+    return _grad_dtype(row), _moment_dtype(row), "remainder" if bridge_bf16 else ""
+
+
 def _offload(settings: str) -> int:
     """The layers a row's Megatron offloads activations of (cpu_offloading_num_layers=N), else 0."""
     found = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", settings)
@@ -199,6 +232,7 @@ def _run(line: int, row: dict) -> Run:
     mbs, seq = _int(row, "mbs", 1), _int(row, "seq")
     gbs = _int(row, "gbs", dp * mbs)
     recompute = _recompute(row["recompute"])
+    grads, moments, master = _optimizer(row)
     par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,
                          seq=seq, zero=_int(row, "zero", 3 if framework == "fsdp2" else 1), sp=tp > 1,
                          tp_overlap=framework == "megatron" and tp > 1, recompute=recompute or "none",
@@ -207,9 +241,9 @@ def _run(line: int, row: dict) -> Run:
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"),
                          dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
                          loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
-                         experts=_experts(row["other_settings"]), grad_dtype=_grad_dtype(row),
-                         elementwise="fused" if _te_modules(row["other_settings"]) else "",
-                         moment_dtype=_moment_dtype(row), offload_layers=_offload(row["other_settings"]))
+                         experts=_experts(row["other_settings"]), grad_dtype=grads, moment_dtype=moments,
+                         master_dtype=master, elementwise="fused" if _te_modules(row["other_settings"]) else "",
+                         offload_layers=_offload(row["other_settings"]))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

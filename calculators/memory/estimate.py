@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
-from ..specs.frameworks import bytes_per_param, grad_dtype, retained_buffers
+from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, retained_buffers
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split
@@ -44,7 +44,7 @@ USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validatio
 # fragmentation left under expandable segments, which NVIDIA's Megatron-Bridge and NeMo performance
 # recipes set (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True). Not fitted: nanotron's 0.77, fitted
 # on its runs under the default allocator, calls 141 of the 293 Megatron runs in
-# validation/data/published_more.csv out of memory though each ran; this calls 32 (validation.stacks
+# validation/data/published_more.csv out of memory though each ran; this calls 27 (validation.stacks
 # lists them). No published Megatron run out of memory bounds it from above.
 USABLE = {"megatron": 0.95}
 
@@ -211,7 +211,8 @@ class _Context:
 
     def __init__(self, model: ModelSpec, par: ParallelConfig):
         self.model, self.par = model, par
-        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype)
+        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
+                                 master_dtype(par))
         dense_shard = par.dp * par.cp
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters

@@ -45,6 +45,7 @@ def label(p: ParallelConfig) -> str:
     parts += [f"elementwise={p.elementwise}"] if p.elementwise else []
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
     parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
+    parts += [f"master={p.master_dtype}"] if p.master_dtype else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]

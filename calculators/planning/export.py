@@ -16,7 +16,7 @@ from .explain import runs_text as split_text
 from ..memory.estimate import pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
-from ..specs.frameworks import grad_dtype
+from ..specs.frameworks import grad_dtype, master_dtype
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
 from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
@@ -124,6 +124,18 @@ def _megatron(model, cluster, par, _ref):
         a.append(f"--cpu-offloading-num-layers {par.offload_layers}")
     if par.moment_dtype == "bf16":
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+    master = master_dtype(par)
+    if master == "remainder" and par.moment_dtype != "bf16":
+        a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam keeps remainders
+    if master == "remainder" and par.precision == "fp8":
+        notes.append("master_dtype=remainder: Megatron keeps remainders under FP8 only with delayed scaling "
+                     "(--fp8-recipe delayed); other recipes keep fp32 masters")
+    if master == "none":
+        notes.append("master_dtype=none is Apex's DistributedFusedAdam with dtype bf16 (NeMo 1.x); Megatron's "
+                     "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (2 bytes a parameter)")
+    if master == "fp32" and par.moment_dtype == "bf16" and par.precision == "bf16":
+        notes.append("master_dtype=fp32: Megatron's precision-aware optimizer keeps only remainders in bf16 "
+                     "training (OptimizerConfig.store_param_remainders, no command-line flag); set it False there")
     if par.schedule in ("zb", "dualpipe"):
         notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
                      "adds zero-bubble / DualPipe scheduling)")

@@ -69,14 +69,33 @@ def grad_dtype(par) -> str:
     return par.grad_dtype or GRAD_DTYPE[par.framework]
 
 
+def master_dtype(par) -> str:
+    """"fp32", "remainder" or "none": how the optimizer keeps its master weights (`parallel.master_dtype`,
+    else the framework's): fp32, except Megatron's precision-aware optimizer (moment_dtype bf16) in
+    bf16 training, which keeps only the 16 bits each fp32 master has beyond its bf16 weight
+    (Transformer Engine's FusedAdam with store_param_remainders, on by default since Megatron-Core's
+    OptimizerConfig of 2025-04; with FP8 recipes other than delayed scaling Megatron's distributed
+    optimizer keeps fp32 masters itself, so FP8 layouts stay fp32 unless told)."""
+    if par.master_dtype:
+        return par.master_dtype
+    precision_aware = par.framework == "megatron" and par.moment_dtype == "bf16"
+    return "remainder" if precision_aware and par.precision == "bf16" else "fp32"
+
+
+MASTER_BYTES = {"fp32": 4, "remainder": 2, "none": 0}
+
+
 def optimizer_bytes(par) -> float:
     """HBM bytes per parameter one AdamW step moves: read the gradient, read and write the fp32
     master and the two moments, write the bf16 weight: 30 with fp32 gradients and moments, less 2
-    for Megatron's bf16 main grads (grad_dtype) and 8 for bf16 moments (moment_dtype). The other
+    for Megatron's bf16 main grads (grad_dtype), 8 for bf16 moments (moment_dtype), 2 for a master
+    kept as remainders beside the weight (read and written with it) and 6 for none (master_dtype). The other
     frameworks' optimizers step on fp32 gradients whatever the reduction's dtype (FSDP2's sharded
     fp32 gradients, DeepSpeed's fp32 partition)."""
     grads = grad_reduce_bytes(par) if par.framework == "megatron" else 4
-    return 4 * 2 + 2 + grads + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
+    master = MASTER_BYTES[master_dtype(par)]            # read and written; the bf16 weight written, and
+    weight = 2 if master == 4 else 4                    # read too where the master is built on it
+    return 2 * master + weight + grads + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
 
 
 def grad_reduce_bytes(par) -> int:
@@ -85,19 +104,20 @@ def grad_reduce_bytes(par) -> int:
 
 
 def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "",
-                    moments: str = "") -> dict[str, tuple[float, float]]:
+                    moments: str = "", master: str = "fp32") -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
     (no DDP buckets with one data-parallel rank); `grads` is grad_dtype's answer where the layout
     keeps gradients in it (megatron's main grads, deepspeed's), "" for the framework's; `moments`
     "bf16" keeps Adam's m and v in 2 bytes each (Megatron's precision-aware optimizer: TE's
-    FusedAdam with exp_avg_dtype and exp_avg_sq_dtype bf16, as DeepSeek-V3 tracked them)."""
+    FusedAdam with exp_avg_dtype and exp_avg_sq_dtype bf16, as DeepSeek-V3 tracked them); `master`,
+    Megatron's, master_dtype's answer: 4, 2 or 0 bytes (MASTER_BYTES)."""
     if framework == "nanotron" and zero <= 1:
         if zero == 0:
             return {"weights": (2, 0), "grads": (6 if dp > 1 else 4, 0), "master": (4, 0), "optimizer": (8, 0)}
         return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
     if framework == "megatron":
         # bf16 weights, main grads (fp32 unless grad_dtype says bf16), fp32 master, Adam m and v
-        w, g, m, o = 2, 2 if grads == "bf16" else 4, 4, 4 if moments == "bf16" else 8
+        w, g, m, o = 2, 2 if grads == "bf16" else 4, MASTER_BYTES[master], 4 if moments == "bf16" else 8
     elif framework == "fsdp2":
         if zero <= 1:                    # DDP (or a sharded optimizer) over fp32 weights, autocast
             return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (8, 0) if zero == 0 else (0, 8)}

@@ -23,6 +23,7 @@ EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernel
 ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
+MASTER_DTYPES = ("", "fp32", "remainder", "none")  # "": the framework's (frameworks.master_dtype)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -71,6 +72,11 @@ class ParallelConfig:
                                  # "": the framework's (frameworks.grad_dtype; Megatron's --grad-reduce-in-bf16)
     moment_dtype: str = ""       # Adam's moments: fp32 | bf16 (Megatron's precision-aware optimizer,
                                  # --exp-avg-dtype / --exp-avg-sq-dtype); "": fp32
+    master_dtype: str = ""       # the optimizer's master weights: fp32 | remainder (the 16 bits an fp32 master
+                                 # has beyond its bf16 weight: Megatron's precision-aware optimizer's
+                                 # store_param_remainders, Apex's DistributedFusedAdam under NeMo 1.x) | none
+                                 # (the bf16 weights are the master: Apex's with dtype bf16); megatron only;
+                                 # "": the framework's (frameworks.master_dtype)
     offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
                                  # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
@@ -89,7 +95,7 @@ class ParallelConfig:
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,
                                   "elementwise": ELEMENTWISE_KERNELS,
-                                  "moment_dtype": MOMENT_DTYPES})
+                                  "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
@@ -286,6 +292,10 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if par.moment_dtype == "bf16" and par.framework != "megatron":
         p.append(f"{par.framework} keeps Adam's moments in fp32; moment_dtype bf16 is Megatron's precision-aware "
                  "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")
+    if par.master_dtype not in ("", "fp32") and par.framework != "megatron":
+        p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
+                 f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
+                 "master_dtype fp32")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
                  f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")

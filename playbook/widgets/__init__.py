@@ -80,6 +80,8 @@ SCENARIO = {
                                       label="gradients kept and reduced in"), ""),
     "moment_dtype": (lambda v: gr.Radio([("fp32", ""), ("bf16 (precision-aware optimizer)", "bf16")], value=v,
                                         label="Adam moments in"), ""),
+    "master_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("16-bit remainders", "remainder"),
+                                         ("none (bf16 weights)", "none")], value=v, label="master weights"), ""),
 }
 
 

@@ -145,13 +145,36 @@ def test_adam_moments_in_bf16():
     assert bytes_per_param("megatron", 1, 8, moments="bf16")["optimizer"] == (0, 4)
     m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 1, 8)
     par = ParallelConfig(dp=8, zero=0, gbs=8, seq=4096)
-    fp32, bf16 = (estimate_memory(m, c, replace(par, moment_dtype=d)).worst for d in ("", "bf16"))
+    fp32, bf16 = (estimate_memory(m, c, replace(par, moment_dtype=d, master_dtype="fp32")).worst for d in ("", "bf16"))
     assert fp32.optimizer_gib == pytest.approx(2 * bf16.optimizer_gib) and fp32.master_gib == bf16.master_gib
-    assert optimizer_bytes(par) == 30 and optimizer_bytes(replace(par, moment_dtype="bf16", grad_dtype="bf16")) == 20
+    assert optimizer_bytes(par) == 30
+    assert optimizer_bytes(replace(par, moment_dtype="bf16", grad_dtype="bf16", master_dtype="fp32")) == 20
     assert optimizer_bytes(replace(par, framework="fsdp2", zero=3, grad_dtype="bf16")) == 30
     assert "--exp-avg-dtype bf16" in export("megatron", m, c, replace(par, moment_dtype="bf16"))[0]
     with pytest.raises(ConfigError, match="fsdp2 keeps Adam's moments in fp32"):
         check_layout(m, c, replace(par, framework="fsdp2", zero=3, moment_dtype="bf16"))
+
+
+def test_master_weights_as_remainders_or_none():
+    """Megatron's precision-aware optimizer keeps, in bf16 training, only the 16 bits an fp32 master
+    has beyond its bf16 weight (Transformer Engine's FusedAdam, store_param_remainders): 2 bytes, not
+    4; FP8 layouts keep fp32 masters unless told. NeMo 1.x's Apex DistributedFusedAdam keeps
+    remainders too, or no master at all with a bf16 state (master_dtype none). The optimizer step
+    reads and writes the remainder with the weight."""
+    from calculators.planning.export import export
+    from calculators.specs.frameworks import master_dtype, optimizer_bytes
+    from calculators.specs.parallel import check_layout
+    m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 1, 8)
+    par = ParallelConfig(dp=8, zero=1, gbs=8, seq=4096)
+    assert master_dtype(par) == "fp32" and master_dtype(replace(par, moment_dtype="bf16")) == "remainder"
+    assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8")) == "fp32"
+    masters = {d: estimate_memory(m, c, replace(par, master_dtype=d)).worst.master_gib for d in ("fp32", "remainder", "none")}
+    assert masters["fp32"] == pytest.approx(2 * masters["remainder"]) and masters["none"] == 0
+    assert masters["fp32"] == pytest.approx(4 * m.total_params / 8 / GIB)
+    assert [optimizer_bytes(replace(par, master_dtype=d)) for d in ("fp32", "remainder", "none")] == [30, 28, 24]
+    assert "--use-precision-aware-optimizer" in export("megatron", m, c, replace(par, master_dtype="remainder"))[0]
+    with pytest.raises(ConfigError, match="master_dtype remainder is Megatron's"):
+        check_layout(m, c, replace(par, framework="fsdp2", zero=3, master_dtype="remainder"))
 
 
 def test_zero_shards_over_dp_times_cp_and_tp_divides_weights():

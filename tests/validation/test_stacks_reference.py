@@ -92,7 +92,10 @@ def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
     runs = [s.run for s in scored[0]]
     bridge = [r for r in runs if r.source.startswith("megatron-bridge-")]
     assert bridge and all(r.par.grad_dtype == "bf16" for r in bridge)
-    assert all(r.par.grad_dtype == "" for r in runs if r.source.startswith("dgxc-benchmarking-"))
+    # NeMo 2.0 kept Megatron's fp32; the NeMo 1.x launcher's Nemotron-4 340B ran Apex's optimizer with
+    # grad_sync_dtype bf16 (stacks.APEX_ADAM)
+    assert all(r.par.grad_dtype == ("bf16" if r.model.name == "nemotron4-340b" and r.par.master_dtype else "")
+               for r in runs if r.source.startswith("dgxc-benchmarking-"))
     zoo = [r for r in runs if r.source.startswith("megatron-moe-modelzoo-")]
     assert {r.par.moment_dtype for r in zoo if r.par.precision == "fp8"} == {"bf16"}
     assert {r.par.moment_dtype for r in zoo if r.par.precision == "bf16"} == {""}
@@ -107,6 +110,24 @@ def test_pytorch_native_runs_on_transformer_engine_modules_run_its_kernels(score
     assert te and all(r.par.elementwise == "fused" and r.par.attention == "cudnn" for r in te)
     native = [r for r in runs if r.par.framework in ("fsdp2", "deepspeed") and r.source != "nemo-automodel-perf"]
     assert native and all(r.par.elementwise == "" for r in native)
+
+
+def test_nemo_launcher_runs_keep_apexs_optimizer_state(scored):
+    """NeMo 1.x launcher runs on Apex's DistributedFusedAdam keep 16-bit master remainders, or, with
+    Nemotron-4 340B's bf16 optimizer state, no master, bf16 moments and bf16 gradients
+    (stacks.APEX_ADAM); NeMo 2.0's runs keep Megatron's fp32 master."""
+    runs = [s.run for s in scored[0]]
+    apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype}
+    assert {p.master_dtype for p in apex.values()} == {"remainder", "none"}
+    assert all(src.startswith(("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-"))
+               for src, _ in apex)
+    big = [p for (src, name), p in apex.items() if name == "nemotron4-340b"]
+    assert big and all((p.grad_dtype, p.moment_dtype, p.master_dtype) == ("bf16", "bf16", "none") for p in big)
+    assert not any(r.par.master_dtype for r in runs if r.source.startswith("dgxc-benchmarking-v25.04"))
+    # Megatron-Bridge's performance scripts run its precision-aware optimizer in bf16 (remainders)
+    bridge = [r for r in runs if r.source.startswith("megatron-bridge-")]
+    assert {r.par.master_dtype for r in bridge if r.par.precision == "bf16"} == {"remainder"}
+    assert {r.par.master_dtype for r in bridge if r.par.precision == "fp8"} == {""}
 
 
 def test_memory_is_reported_per_framework(scored):
