@@ -21,7 +21,7 @@ import threading
 
 from .specs import limits
 from .specs.errors import ConfigError
-from .specs.frameworks import grad_dtype, master_dtype
+from .specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
 from .specs.hardware import GPU_PRESETS
 from .specs.parallel import FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES, RECOMPUTE, SCHEDULES
 from .specs.recompute import EXPLICIT, MODULES_TEXT
@@ -193,8 +193,8 @@ def cmd_memory(args) -> int:
     print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
           f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
-          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, {master_dtype(par)} master "
-          f"weights\n")
+          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
+          f"{MASTER_TEXT[master_dtype(par)]}\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
     for s in est.stages:

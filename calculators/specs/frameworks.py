@@ -83,6 +83,8 @@ def master_dtype(par) -> str:
 
 
 MASTER_BYTES = {"fp32": 4, "remainder": 2, "none": 0}
+MASTER_TEXT = {"fp32": "fp32 master weights", "remainder": "16-bit master remainders",
+               "none": "no master copy (the bf16 weights)"}
 
 
 def optimizer_bytes(par) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gradio as gr
 
 from calculators.memory.estimate import ddp_buckets, memory_dict
-from calculators.specs.frameworks import grad_dtype, master_dtype
+from calculators.specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
 from playbook.plots import memory_by_stage
 
 from playbook import escape
@@ -27,7 +27,7 @@ def compute(v: dict):
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
             f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
-            f"{master_dtype(par)} master weights; {CONVENTION}; fits "
+            f"{MASTER_TEXT[master_dtype(par)]}; {CONVENTION}; fits "
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")
     if ddp_buckets(par):
