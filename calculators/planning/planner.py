@@ -47,13 +47,13 @@ PRUNE = 1.15                     # skip a structure whose optimistic time is thi
 
 
 # --------------------------------------------------------------------------- the search
-def _prefer(allowed: list, takes_bf16: bool) -> str:
-    """bf16 where the constraints allow it and the framework takes it (less memory, fewer bytes),
-    else the first other value allowed (a list that allows only bf16 keeps it: its layouts are
-    refused with the framework's reason)."""
-    if "bf16" in allowed and takes_bf16:
-        return "bf16"
-    return next((v for v in allowed if v != "bf16"), allowed[0])
+def _prefer(allowed: list, smaller: tuple, takes: bool) -> str:
+    """The first of `smaller` (less memory, fewer bytes: bf16 gradients or moments, masters as none
+    or remainders) the constraints allow, where the framework takes it, else the first other value
+    allowed (a list that allows only those keeps its first: its layouts are refused with the
+    framework's reason)."""
+    found = next((v for v in smaller if v in allowed), None) if takes else None
+    return found or next((v for v in allowed if v not in smaller), allowed[0])
 
 
 class _Search:
@@ -158,8 +158,10 @@ class _Search:
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
-                                      grad_dtype=_prefer(sp["grad_dtype"], self.framework != "nanotron"),
-                                      moment_dtype=_prefer(sp["moment_dtype"], self.framework == "megatron"),
+                                      grad_dtype=_prefer(sp["grad_dtype"], ("bf16",), self.framework != "nanotron"),
+                                      moment_dtype=_prefer(sp["moment_dtype"], ("bf16",), self.framework == "megatron"),
+                                      master_dtype=_prefer(sp["master_dtype"], ("none", "remainder"),
+                                                           self.framework == "megatron"),
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

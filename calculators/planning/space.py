@@ -12,13 +12,13 @@ from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
-from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, GRAD_DTYPES, MOMENT_DTYPES, PRECISIONS,
-                              RECOMPUTE, SCHEDULES)
+from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES,
+                              PRECISIONS, RECOMPUTE, SCHEDULES)
 from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher", "experts", "grad_dtype", "moment_dtype", "offload_layers")
+         "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "offload_layers")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -70,6 +70,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # slower and 2 bytes a parameter less where the framework keeps them, frameworks.grad_dtype)
         "grad_dtype": [""],
         "moment_dtype": [""],          # likewise: bf16 Adam moments only where allowed
+        "master_dtype": [""],          # and masters as remainders, or none, only where allowed (Megatron)
         # Megatron's activation offloading (layers kept in host memory): only the counts allowed,
         # tried where no recompute is needed otherwise (planner._least_recompute)
         "offload_layers": [0],
@@ -87,7 +88,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
                           ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES),
-                          ("moment_dtype", MOMENT_DTYPES)):
+                          ("moment_dtype", MOMENT_DTYPES), ("master_dtype", MASTER_DTYPES)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:

@@ -401,6 +401,15 @@ def test_bf16_gradients_are_planned_only_where_allowed():
     # a framework that keeps fp32 moments plans with them where the list allows it
     fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "moment_dtype": ["", "bf16"]}).plans[0]
     assert fsdp.par.moment_dtype == ""
+    # masters as remainders (or none) likewise, Megatron only
+    lean = plan(llama, cluster, 4096, 256, {**need, "master_dtype": ["fp32", "remainder"]}).plans[0]
+    assert lean.par.master_dtype == "remainder" and "master=remainder" in lean.label()
+    masters = [estimate_memory(llama, cluster, p.par).worst.master_gib for p in (kept, lean)]
+    assert masters[1] == pytest.approx(masters[0] / 2)
+    fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "master_dtype": ["", "remainder"]}).plans[0]
+    assert fsdp.par.master_dtype == ""
+    with pytest.raises(ConfigError, match="master_dtype"):
+        plan(llama, cluster, 4096, 256, {"master_dtype": "fp16"})
 
 
 def test_offloading_is_planned_where_allowed_instead_of_recompute():
