@@ -16,10 +16,10 @@ import plotly.io as pio
 
 from playbook import escape
 
-ROLES = [("weights_gib", "weights"), ("grads_gib", "gradients"), ("master_gib", "fp32 master"),
+ROLES = [("weights_gib", "weights"), ("grads_gib", "gradients"), ("master_gib", "master weights"),
          ("optimizer_gib", "Adam moments"), ("activations_gib", "activations"), ("other_gib", "buffers")]
 # one colour per memory role, in every chart that shows memory
-ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "fp32 master": "#72b7b2", "Adam moments": "#54a24b",
+ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "master weights": "#72b7b2", "Adam moments": "#54a24b",
               "activations": "#e45756", "buffers": "#b279a2"}
 # one colour per kind of time, in every chart of a step's parts; a hidden (overlapped) part keeps
 # its kind's colour, hatched

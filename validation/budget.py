@@ -32,7 +32,8 @@ SOURCES = {
                      "Models, section 3.3 and Table 4 (layout and batch of the 405B run)",
     "deepseek-v3": "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv 2412.19437), Table 1 and sections 3.1-3.2: "
                    "2,664K H800 GPU-hours of pre-training on 14.8T tokens (2,788K with context extension and "
-                   "post-training), 2,048 H800; section 3.3: AdamW's moments tracked in BF16 (moment_dtype)",
+                   "post-training), 2,048 H800; section 3.3: AdamW's moments tracked in BF16 (moment_dtype), master weights and gradients "
+                   "retained in FP32 (master_dtype fp32)",
     "llama1": "Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language Models: 380 tokens/s/GPU on "
               "2,048 A100-80GB (efficient implementation), 1,022,362 GPU-hours for 65B (carbon footprint table)",
     "llama2": "Touvron et al. 2023, Llama 2: Open Foundation and Fine-Tuned Chat Models, Table 1 and section 2.2.1",

@@ -200,12 +200,18 @@ def _optimizer(row: dict) -> tuple[str, str, str]:
     Megatron-Bridge's bf16 runs: its performance scripts turn on Megatron's precision-aware
     optimizer whenever the compute dtype is bf16 (scripts/performance, since the first, 568b3a3ef,
     2025-08-28), whose Transformer Engine FusedAdam keeps 16-bit remainders (store_param_remainders,
-    Megatron-Core's default), and the framework's master elsewhere."""
+    Megatron-Core's default), fp32 masters where a row's FP8 recipe is not delayed scaling, and the
+    framework's master elsewhere."""
     apex = APEX_ADAM.get((row["source_id"], row["model"].strip()))
     if apex and row["framework"].strip().lower() == "nemo":
         return apex
-    bridge_bf16 = row["source_id"].startswith("megatron-bridge-") and row["precision"].strip().lower() == "bf16"
-    return _grad_dtype(row), _moment_dtype(row), "remainder" if bridge_bf16 else ""
+    precision = row["precision"].strip().lower()
+    bridge_bf16 = row["source_id"].startswith("megatron-bridge-") and precision == "bf16"
+    moments = _moment_dtype(row)
+    # FP8 recipes other than delayed scaling keep fp32 masters in Megatron's distributed optimizer
+    # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8): Megatron-MoE-ModelZoo's MXFP8
+    fp32_master = moments == "bf16" and precision == "fp8" and "delayed" not in row["fp8_recipe"].lower()
+    return _grad_dtype(row), moments, "remainder" if bridge_bf16 else "fp32" if fp32_master else ""
 
 
 def _offload(settings: str) -> int:

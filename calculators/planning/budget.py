@@ -38,6 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from ..specs import limits
 from ..specs.errors import ConfigError
+from ..specs.frameworks import master_dtype
 from .explain import label
 from .goodput import CHECKPOINT_GBPS, FAILURES_PER_GPU_DAY, RESTART_S, goodput
 from ..scenario import parse_hardware, parse_model, parse_profile
@@ -169,7 +170,8 @@ def _option(req: dict, gpus: int, gbs: int, found: tuple) -> dict:
     best = found[1]
     try:
         gp = goodput(req["model"], gpus, best.par.framework, best.par.zero, req["failures_per_gpu_day"],
-                     req["checkpoint_gbps"], req["restart_s"], req.get("checkpoint_interval_s"))
+                     req["checkpoint_gbps"], req["restart_s"], req.get("checkpoint_interval_s"),
+                     master=master_dtype(best.par))
     except ConfigError as exc:
         return {**base, "plan": best.label(), "error": str(exc)}
     tps = best.step.tokens_per_s_per_gpu
@@ -177,7 +179,8 @@ def _option(req: dict, gpus: int, gbs: int, found: tuple) -> dict:
     wall_s = ideal_s / gp.goodput
     gpu_hours = gpus * wall_s / 3600
     parallel = {k: getattr(best.par, k) for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute",
-                                                    "schedule", "precision", "framework")}
+                                                    "schedule", "precision", "framework", "grad_dtype",
+                                                    "moment_dtype", "master_dtype")}
     return {**base, "plan": label(best.par), "parallel": parallel, "tokens_per_s_per_gpu": tps,
             "mfu": best.step.mfu, "step_s": best.step.time_s, "ideal_days": ideal_s / 86_400,
             "days": wall_s / 86_400, "gpu_hours": gpu_hours, "cost": gpu_hours * req["price_per_gpu_hour"],

@@ -8,6 +8,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..specs.errors import ConfigError
+from ..specs.frameworks import master_dtype
 from ..specs.parallel import ParallelConfig
 from ..time.step import StepEstimate
 
@@ -45,7 +46,7 @@ def label(p: ParallelConfig) -> str:
     parts += [f"elementwise={p.elementwise}"] if p.elementwise else []
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
     parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
-    parts += [f"master={p.master_dtype}"] if p.master_dtype else []
+    parts += [f"master={master_dtype(p)}"] if master_dtype(p) != "fp32" else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]

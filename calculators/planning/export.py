@@ -13,7 +13,7 @@ import json
 
 from ..specs.hardware import ClusterSpec
 from .explain import runs_text as split_text
-from ..memory.estimate import pipeline_stages
+from ..memory.estimate import ddp_buckets, pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
 from ..specs.frameworks import grad_dtype, master_dtype
@@ -128,14 +128,15 @@ def _megatron(model, cluster, par, _ref):
     if master == "remainder" and par.moment_dtype != "bf16":
         a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam keeps remainders
     if master == "remainder" and par.precision == "fp8":
-        notes.append("master_dtype=remainder: Megatron keeps remainders under FP8 only with delayed scaling "
-                     "(--fp8-recipe delayed); other recipes keep fp32 masters")
+        notes.append("master_dtype=remainder holds under FP8 delayed scaling, as written here; with the current, "
+                     "blockwise or MX recipes Megatron keeps fp32 masters (plan with master_dtype fp32)")
     if master == "none":
         notes.append("master_dtype=none is Apex's DistributedFusedAdam with dtype bf16 (NeMo 1.x); Megatron's "
                      "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (2 bytes a parameter)")
-    if master == "fp32" and par.moment_dtype == "bf16" and par.precision == "bf16":
-        notes.append("master_dtype=fp32: Megatron's precision-aware optimizer keeps only remainders in bf16 "
-                     "training (OptimizerConfig.store_param_remainders, no command-line flag); set it False there")
+    if master == "fp32" and par.moment_dtype == "bf16" and par.zero == 1:
+        notes.append("master_dtype=fp32: Megatron's precision-aware optimizer keeps only remainders in bf16 and "
+                     "FP8 delayed-scaling training (OptimizerConfig.store_param_remainders, no command-line flag); "
+                     "set it False there")
     if par.schedule in ("zb", "dualpipe"):
         notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
                      "adds zero-bubble / DualPipe scheduling)")
@@ -192,6 +193,9 @@ def _torchtitan(model, cluster, par, _ref):
     if par.zero in (1, 2):
         notes.append(f"torchtitan shards with FSDP2 (ZeRO-3); ZeRO-{par.zero} maps to fully_shard with "
                      "reshard_after_forward=False, which keeps the gathered weights through backward")
+    if ddp_buckets(par):
+        notes.append("the memory here is PyTorch's DDP (gradient buckets beside each parameter's .grad); torchtitan "
+                     "replicates with FSDP since 2026-03 and shards for ZeRO-1, holding less gradient memory")
     pipe = [f"pipeline_parallel_degree = {par.pp}"]
     if par.pp > 1:
         pipe += [f'pipeline_parallel_schedule = "{TORCHTITAN_SCHEDULES[par.schedule]}"',

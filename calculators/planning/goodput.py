@@ -67,12 +67,13 @@ class Goodput:
                 "restart_s": self.restart_s}
 
 
-def checkpoint_bytes(model: ModelSpec, framework: str = "megatron", zero: int = 1) -> float:
+def checkpoint_bytes(model: ModelSpec, framework: str = "megatron", zero: int = 1, master: str = "fp32") -> float:
     """Weights and optimizer state in the framework's layout (frameworks.bytes_per_param), every
     parameter once: sharded or not, the ranks together write one copy. Megatron: bf16 weights, fp32
-    master weights and two Adam moments, 14 bytes per parameter; FSDP2: fp32 weights and moments, 12.
-    Gradients are not saved."""
-    layout = bytes_per_param(framework, zero)
+    master weights and two Adam moments, 14 bytes per parameter (12 with its precision-aware
+    optimizer's remainders, `master`, whose bf16 moments it saves in fp32); FSDP2: fp32 weights and
+    moments, 12. Gradients are not saved."""
+    layout = bytes_per_param(framework, zero, master=master)
     return model.total_params * sum(max(layout[role]) for role in ("weights", "master", "optimizer"))
 
 
@@ -89,11 +90,11 @@ def young_daly_interval(write_s: float, mtbf_s: float) -> float:
 
 def goodput(model: ModelSpec, gpus: int, framework: str = "megatron", zero: int = 1,
             failures_per_gpu_day: float = FAILURES_PER_GPU_DAY, checkpoint_gbps: float = CHECKPOINT_GBPS,
-            restart_s: float = RESTART_S, interval_s: float | None = None) -> Goodput:
+            restart_s: float = RESTART_S, interval_s: float | None = None, master: str = "fp32") -> Goodput:
     """The expected goodput of a run of `model` on `gpus` GPUs (Daly's complete model, above);
     `interval_s` None takes the optimal interval. ConfigError when failures come so often that the
     run would make almost no progress (goodput under MIN_GOODPUT)."""
-    size = checkpoint_bytes(model, framework, zero)
+    size = checkpoint_bytes(model, framework, zero, master)
     write = size / (checkpoint_gbps * 1e9)
     rate = failures_per_gpu_day * gpus / DAY_S                  # job failures per second
     mtbf = 1 / rate if rate > 0 else math.inf

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..memory.estimate import late_grads
+from ..memory.estimate import ddp_buckets, late_grads
 from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.frameworks import LIMITS
@@ -137,11 +137,13 @@ def structures(model, cluster, space, gbs):
 
 
 def one_microbatch(par, mbs_allowed) -> int | None:
-    """The micro-batch that makes `par`'s step one micro-batch, where FSDP2 then holds fewer
-    gradients at its peak than a smaller micro-batch does (estimate.late_grads) and the space
-    allows it; None otherwise. Memory grows with mbs everywhere else."""
+    """The micro-batch that makes `par`'s step one micro-batch, where FSDP2 or DDP then holds fewer
+    gradients at its peak than a smaller micro-batch does (estimate.late_grads: the gradients come
+    as the activations go; estimate.ddp_buckets: the parameters' .grad do, beside the buckets) and
+    the space allows it; None otherwise. Memory grows with mbs everywhere else."""
     mbs = par.gbs // par.dp if par.dp and par.gbs % par.dp == 0 else 0
-    if mbs <= par.mbs or mbs not in mbs_allowed or not late_grads(replace(par, mbs=mbs)):
+    one = replace(par, mbs=mbs) if mbs else par
+    if mbs <= par.mbs or mbs not in mbs_allowed or not (late_grads(one) or (ddp_buckets(one) and one.pp == 1)):
         return None
     return mbs
 

@@ -71,15 +71,16 @@ def grad_dtype(par) -> str:
 
 def master_dtype(par) -> str:
     """"fp32", "remainder" or "none": how the optimizer keeps its master weights (`parallel.master_dtype`,
-    else the framework's): fp32, except Megatron's precision-aware optimizer (moment_dtype bf16) in
-    bf16 training, which keeps only the 16 bits each fp32 master has beyond its bf16 weight
-    (Transformer Engine's FusedAdam with store_param_remainders, on by default since Megatron-Core's
-    OptimizerConfig of 2025-04; with FP8 recipes other than delayed scaling Megatron's distributed
-    optimizer keeps fp32 masters itself, so FP8 layouts stay fp32 unless told)."""
+    else the framework's): fp32, except Megatron's precision-aware optimizer (moment_dtype bf16) over
+    its distributed optimizer (ZeRO-1), which keeps only the 16 bits each fp32 master has beyond its
+    bf16 weight (Transformer Engine's FusedAdam with store_param_remainders, on by default since
+    Megatron-Core's OptimizerConfig of 2025-04), in bf16 and under FP8 delayed scaling, the recipe
+    the export writes. FP8's current, blockwise and MX recipes keep fp32 masters in the distributed
+    optimizer itself (say master_dtype fp32), as does Megatron-FSDP (ZeRO 2/3)."""
     if par.master_dtype:
         return par.master_dtype
-    precision_aware = par.framework == "megatron" and par.moment_dtype == "bf16"
-    return "remainder" if precision_aware and par.precision == "bf16" else "fp32"
+    precision_aware = par.framework == "megatron" and par.moment_dtype == "bf16" and par.zero == 1
+    return "remainder" if precision_aware else "fp32"
 
 
 MASTER_BYTES = {"fp32": 4, "remainder": 2, "none": 0}

@@ -1,7 +1,7 @@
 """Memory through a training step on the most loaded GPU: what is allocated at each phase of the
 first two steps (the shape of PyTorch's memory profile of a training loop).
 
-Phases and what is live (W weights, M fp32 master, G gradients, O Adam moments, A activations of
+Phases and what is live (W weights, M master weights, G gradients, O Adam moments, A activations of
 the in-flight micro-batches, X framework buffers, all from estimate_memory's worst stage):
     init                    W + M (+ G when the framework keeps a persistent gradient buffer)
     step 1 forward peak     + A + X
@@ -38,7 +38,7 @@ def step_timeline(est: MemoryEstimate, par: ParallelConfig) -> list[tuple[str, d
     keep_g = full / 2 if ddp_buckets(par) else full if par.framework in PERSISTENT_GRADS else 0.0
 
     def roles(g=0.0, o=0.0, a=0.0, x=0.0):
-        return {"weights": W, "fp32 master": M, "gradients": g, "Adam moments": o, "activations": a, "buffers": x}
+        return {"weights": W, "master weights": M, "gradients": g, "Adam moments": o, "activations": a, "buffers": x}
     return [("init", roles(g=keep_g)),
             ("step 1 forward peak", roles(g=keep_g, a=A, x=X)),
             ("step 1 backward end", roles(g=full, x=X)),

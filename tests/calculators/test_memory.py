@@ -144,7 +144,7 @@ def test_adam_moments_in_bf16():
     from calculators.specs.parallel import check_layout
     assert bytes_per_param("megatron", 1, 8, moments="bf16")["optimizer"] == (0, 4)
     m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 1, 8)
-    par = ParallelConfig(dp=8, zero=0, gbs=8, seq=4096)
+    par = ParallelConfig(dp=8, zero=1, gbs=8, seq=4096)
     fp32, bf16 = (estimate_memory(m, c, replace(par, moment_dtype=d, master_dtype="fp32")).worst for d in ("", "bf16"))
     assert fp32.optimizer_gib == pytest.approx(2 * bf16.optimizer_gib) and fp32.master_gib == bf16.master_gib
     assert optimizer_bytes(par) == 30
@@ -153,12 +153,14 @@ def test_adam_moments_in_bf16():
     assert "--exp-avg-dtype bf16" in export("megatron", m, c, replace(par, moment_dtype="bf16"))[0]
     with pytest.raises(ConfigError, match="fsdp2 keeps Adam's moments in fp32"):
         check_layout(m, c, replace(par, framework="fsdp2", zero=3, moment_dtype="bf16"))
+    with pytest.raises(ConfigError, match="runs only with its distributed optimizer"):   # Megatron refuses it
+        check_layout(m, c, replace(par, zero=0, moment_dtype="bf16"))
 
 
 def test_master_weights_as_remainders_or_none():
-    """Megatron's precision-aware optimizer keeps, in bf16 training, only the 16 bits an fp32 master
-    has beyond its bf16 weight (Transformer Engine's FusedAdam, store_param_remainders): 2 bytes, not
-    4; FP8 layouts keep fp32 masters unless told. NeMo 1.x's Apex DistributedFusedAdam keeps
+    """Megatron's precision-aware optimizer over its distributed optimizer keeps only the 16 bits an
+    fp32 master has beyond its bf16 weight (Transformer Engine's FusedAdam, store_param_remainders):
+    2 bytes, not 4, in bf16 and FP8 delayed-scaling training; Megatron-FSDP keeps fp32 masters. NeMo 1.x's Apex DistributedFusedAdam keeps
     remainders too, or no master at all with a bf16 state (master_dtype none). The optimizer step
     reads and writes the remainder with the weight."""
     from calculators.planning.export import export
@@ -167,7 +169,8 @@ def test_master_weights_as_remainders_or_none():
     m, c = model_from_name("llama3-8b"), ClusterSpec(H100, 1, 8)
     par = ParallelConfig(dp=8, zero=1, gbs=8, seq=4096)
     assert master_dtype(par) == "fp32" and master_dtype(replace(par, moment_dtype="bf16")) == "remainder"
-    assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8")) == "fp32"
+    assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8")) == "remainder"   # delayed scaling
+    assert master_dtype(replace(par, moment_dtype="bf16", zero=3)) == "fp32"                   # Megatron-FSDP
     masters = {d: estimate_memory(m, c, replace(par, master_dtype=d)).worst.master_gib for d in ("fp32", "remainder", "none")}
     assert masters["fp32"] == pytest.approx(2 * masters["remainder"]) and masters["none"] == 0
     assert masters["fp32"] == pytest.approx(4 * m.total_params / 8 / GIB)

@@ -441,3 +441,11 @@ def test_fsdp2_plans_the_one_micro_batch_that_fits_where_smaller_ones_do_not():
     assert result.plans and result.plans[0].par.mbs == 2 and result.plans[0].par.microbatches == 1
     assert estimate_memory(model, cluster, result.plans[0].par).fits
 
+    # DDP (fsdp2 unsharded over 8 replicas) likewise: its parameters' .grad come as the activations go
+    # (beside its buckets), so the step's one micro-batch holds less than two of half the size
+    cluster = ClusterSpec(gpu_from_name("H200-141GB"), nodes=1)
+    ddp = plan(model_from_name("llama3-8b"), cluster, 4096, 32,
+               {"framework": "fsdp2", "zero": 1, "tp": 1, "pp": 1, "cp": 1, "recompute": "full"})
+    assert {p.par.mbs for p in ddp.plans} >= {4} and all(p.par.mbs in (1, 4) for p in ddp.plans)
+    two = replace(ddp.plans[0].par, mbs=2)
+    assert estimate_memory(model_from_name("llama3-8b"), cluster, two).total_gib > max(p.memory_gib for p in ddp.plans)

@@ -119,10 +119,10 @@ def test_eager_elementwise_bytes_match_pytorchs_ops(shape, block, framework):
     fused = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, elementwise="fused"), False,
                         batch * seq)
     assert fused == compiled
-    eager = {fw: layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=fw, elementwise="eager"), False,
-                             batch * seq) for fw in ("megatron", "nanotron")}
     if framework == "fsdp2":
-        assert eager["megatron"] == eager["nanotron"] == predicted
+        eager = [layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=fw, elementwise="eager"), False,
+                             batch * seq) for fw in ("megatron", "nanotron")]
+        assert eager == [predicted, predicted]
 
 
 @pytest.mark.parametrize("shape", SHAPES[:2])

@@ -117,8 +117,11 @@ def test_nemo_launcher_runs_keep_apexs_optimizer_state(scored):
     Nemotron-4 340B's bf16 optimizer state, no master, bf16 moments and bf16 gradients
     (stacks.APEX_ADAM); NeMo 2.0's runs keep Megatron's fp32 master."""
     runs = [s.run for s in scored[0]]
-    apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype}
+    apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype in ("remainder", "none")}
     assert {p.master_dtype for p in apex.values()} == {"remainder", "none"}
+    # Megatron-MoE-ModelZoo's MXFP8 runs keep fp32 masters despite their precision-aware optimizer
+    zoo = [r.par for r in runs if r.source.startswith("megatron-moe-modelzoo-") and r.par.precision == "fp8"]
+    assert zoo and {p.master_dtype for p in zoo} == {"fp32"}
     assert all(src.startswith(("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-"))
                for src, _ in apex)
     big = [p for (src, name), p in apex.items() if name == "nemotron4-340b"]
