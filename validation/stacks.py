@@ -192,6 +192,11 @@ APEX_ADAM.update({("dgxc-benchmarking-v25.02", m): _DEFAULT_APEX
                   for m in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b")})
 APEX_ADAM.update({("dgxc-benchmarking-v24.11.1", "nemotron4-340b"): _BF16_APEX,
                   ("nemo-24.07", "nemotron4-340b"): _BF16_APEX})
+# NeMo 24.07's SFT rows: the launcher's examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh
+# (the table's layouts) run conf/peft/llama/sft.yaml, Apex with dtype and grad_sync_dtype bf16, and
+# pass fp8_params=true, for which NeMo stores a master (store_params) in the state's bf16. Their FP8
+# weights (1 byte, not 2) are not modelled.
+APEX_ADAM.update({("nemo-24.07", m): ("bf16", "bf16", "16bit") for m in ("llama2-7b", "llama2-13b", "llama2-70b")})
 
 
 def _optimizer(row: dict) -> tuple[str, str, str]:

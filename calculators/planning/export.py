@@ -130,9 +130,11 @@ def _megatron(model, cluster, par, _ref):
     if master == "remainder" and par.precision == "fp8":
         notes.append("master_dtype=remainder holds under FP8 delayed scaling, as written here; with the current, "
                      "blockwise or MX recipes Megatron keeps fp32 masters (plan with master_dtype fp32)")
+    if master == "16bit":
+        a += ["--main-params-dtype fp16"] + (["--use-precision-aware-optimizer"] if par.moment_dtype != "bf16" else [])
     if master == "none":
         notes.append("master_dtype=none is Apex's DistributedFusedAdam with dtype bf16 (NeMo 1.x); Megatron's "
-                     "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (2 bytes a parameter)")
+                     "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (master_dtype 16bit)")
     if master == "fp32" and par.moment_dtype == "bf16" and par.zero == 1:
         notes.append("master_dtype=fp32: Megatron's precision-aware optimizer keeps only remainders in bf16 and "
                      "FP8 delayed-scaling training (OptimizerConfig.store_param_remainders, no command-line flag); "

@@ -70,7 +70,7 @@ def grad_dtype(par) -> str:
 
 
 def master_dtype(par) -> str:
-    """"fp32", "remainder" or "none": how the optimizer keeps its master weights (`parallel.master_dtype`,
+    """"fp32", "remainder", "16bit" or "none": how the optimizer keeps its master weights (`parallel.master_dtype`,
     else the framework's): fp32, except Megatron's precision-aware optimizer (moment_dtype bf16) over
     its distributed optimizer (ZeRO-1), which keeps only the 16 bits each fp32 master has beyond its
     bf16 weight (Transformer Engine's FusedAdam with store_param_remainders, on by default since
@@ -83,8 +83,9 @@ def master_dtype(par) -> str:
     return "remainder" if precision_aware else "fp32"
 
 
-MASTER_BYTES = {"fp32": 4, "remainder": 2, "none": 0}
+MASTER_BYTES = {"fp32": 4, "remainder": 2, "16bit": 2, "none": 0}
 MASTER_TEXT = {"fp32": "fp32 master weights", "remainder": "16-bit master remainders",
+               "16bit": "16-bit master weights",
                "none": "no master copy (the bf16 weights)"}
 
 
@@ -92,13 +93,14 @@ def optimizer_bytes(par) -> float:
     """HBM bytes per parameter one AdamW step moves: read the gradient, read and write the fp32
     master and the two moments, write the bf16 weight: 30 with fp32 gradients and moments, less 2
     for Megatron's bf16 main grads (grad_dtype), 8 for bf16 moments (moment_dtype), 2 for a master
-    kept as remainders beside the weight (read and written with it) and 6 for none (master_dtype). The other
+    kept as remainders beside the weight (read and written with it), 4 for a 16-bit one and 6 for
+    none (master_dtype). The other
     frameworks' optimizers step on fp32 gradients whatever the reduction's dtype (FSDP2's sharded
     fp32 gradients, DeepSpeed's fp32 partition)."""
     grads = grad_reduce_bytes(par) if par.framework == "megatron" else 4
-    master = MASTER_BYTES[master_dtype(par)]            # read and written; the bf16 weight written, and
-    weight = 2 if master == 4 else 4                    # read too where the master is built on it
-    return 2 * master + weight + grads + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
+    # the master read and written, the bf16 weight written; read too where the master is built on it
+    master = {"fp32": 8 + 2, "16bit": 4 + 2, "remainder": 4 + 4, "none": 2 + 2}[master_dtype(par)]
+    return master + grads + 2 * 2 * (2 if par.moment_dtype == "bf16" else 4)
 
 
 def grad_reduce_bytes(par) -> int:

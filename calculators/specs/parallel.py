@@ -23,7 +23,7 @@ EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernel
 ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
-MASTER_DTYPES = ("", "fp32", "remainder", "none")  # "": the framework's (frameworks.master_dtype)
+MASTER_DTYPES = ("", "fp32", "remainder", "16bit", "none")  # "": the framework's (frameworks.master_dtype)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -74,7 +74,9 @@ class ParallelConfig:
                                  # --exp-avg-dtype / --exp-avg-sq-dtype); "": fp32
     master_dtype: str = ""       # the optimizer's master weights: fp32 | remainder (the 16 bits an fp32 master
                                  # has beyond its bf16 weight: Megatron's precision-aware optimizer's
-                                 # store_param_remainders, Apex's DistributedFusedAdam under NeMo 1.x) | none
+                                 # store_param_remainders, Apex's DistributedFusedAdam under NeMo 1.x) | 16bit
+                                 # (a master of its own in 2 bytes: Megatron's --main-params-dtype fp16, Apex's
+                                 # with a bf16 state over FP8 weights) | none
                                  # (the bf16 weights are the master: Apex's with dtype bf16); megatron only;
                                  # "": the framework's (frameworks.master_dtype)
     offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and

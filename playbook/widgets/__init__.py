@@ -81,6 +81,7 @@ SCENARIO = {
     "moment_dtype": (lambda v: gr.Radio([("fp32", ""), ("bf16 (precision-aware optimizer)", "bf16")], value=v,
                                         label="Adam moments in"), ""),
     "master_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("16-bit remainders", "remainder"),
+                                         ("16-bit", "16bit"),
                                          ("none (bf16 weights)", "none")], value=v, label="master weights"), ""),
 }
 

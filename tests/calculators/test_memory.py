@@ -171,10 +171,14 @@ def test_master_weights_as_remainders_or_none():
     assert master_dtype(par) == "fp32" and master_dtype(replace(par, moment_dtype="bf16")) == "remainder"
     assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8")) == "remainder"   # delayed scaling
     assert master_dtype(replace(par, moment_dtype="bf16", zero=3)) == "fp32"                   # Megatron-FSDP
-    masters = {d: estimate_memory(m, c, replace(par, master_dtype=d)).worst.master_gib for d in ("fp32", "remainder", "none")}
-    assert masters["fp32"] == pytest.approx(2 * masters["remainder"]) and masters["none"] == 0
+    masters = {d: estimate_memory(m, c, replace(par, master_dtype=d)).worst.master_gib
+               for d in ("fp32", "remainder", "16bit", "none")}
+    assert masters["fp32"] == pytest.approx(2 * masters["remainder"]) == pytest.approx(2 * masters["16bit"])
+    assert masters["none"] == 0
     assert masters["fp32"] == pytest.approx(4 * m.total_params / 8 / GIB)
-    assert [optimizer_bytes(replace(par, master_dtype=d)) for d in ("fp32", "remainder", "none")] == [30, 28, 24]
+    assert [optimizer_bytes(replace(par, master_dtype=d)) for d in ("fp32", "remainder", "16bit", "none")] == \
+        [30, 28, 26, 24]
+    assert "--main-params-dtype fp16" in export("megatron", m, c, replace(par, master_dtype="16bit"))[0]
     assert "--use-precision-aware-optimizer" in export("megatron", m, c, replace(par, master_dtype="remainder"))[0]
     with pytest.raises(ConfigError, match="master_dtype remainder is Megatron's"):
         check_layout(m, c, replace(par, framework="fsdp2", zero=3, master_dtype="remainder"))

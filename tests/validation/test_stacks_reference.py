@@ -117,13 +117,15 @@ def test_nemo_launcher_runs_keep_apexs_optimizer_state(scored):
     Nemotron-4 340B's bf16 optimizer state, no master, bf16 moments and bf16 gradients
     (stacks.APEX_ADAM); NeMo 2.0's runs keep Megatron's fp32 master."""
     runs = [s.run for s in scored[0]]
-    apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype in ("remainder", "none")}
-    assert {p.master_dtype for p in apex.values()} == {"remainder", "none"}
+    apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype in ("remainder", "16bit", "none")}
+    assert {p.master_dtype for p in apex.values()} == {"remainder", "16bit", "none"}
     # Megatron-MoE-ModelZoo's MXFP8 runs keep fp32 masters despite their precision-aware optimizer
     zoo = [r.par for r in runs if r.source.startswith("megatron-moe-modelzoo-") and r.par.precision == "fp8"]
     assert zoo and {p.master_dtype for p in zoo} == {"fp32"}
     assert all(src.startswith(("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-"))
                for src, _ in apex)
+    sft = [p for (src, name), p in apex.items() if src == "nemo-24.07" and name.startswith("llama2")]
+    assert len(sft) == 3 and {(p.grad_dtype, p.moment_dtype, p.master_dtype) for p in sft} == {("bf16", "bf16", "16bit")}
     big = [p for (src, name), p in apex.items() if name == "nemotron4-340b"]
     assert big and all((p.grad_dtype, p.moment_dtype, p.master_dtype) == ("bf16", "bf16", "none") for p in big)
     assert not any(r.par.master_dtype for r in runs if r.source.startswith("dgxc-benchmarking-v25.04"))
