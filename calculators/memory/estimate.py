@@ -44,7 +44,7 @@ USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validatio
 # fragmentation left under expandable segments, which NVIDIA's Megatron-Bridge and NeMo performance
 # recipes set (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True). Not fitted: nanotron's 0.77, fitted
 # on its runs under the default allocator, calls 141 of the 293 Megatron runs in
-# validation/data/published_more.csv out of memory though each ran; this calls 27 (validation.stacks
+# validation/data/published_more.csv out of memory though each ran; this calls 26 (validation.stacks
 # lists them). No published Megatron run out of memory bounds it from above.
 USABLE = {"megatron": 0.95}
 
