@@ -124,7 +124,7 @@ def _run(row: dict) -> PublishedRun:
                          recompute=row["recompute"] or "none",
                          seq=ints["seq"], precision=row["precision"],
                          schedule="interleaved" if ints["vpp"] > 1 else "1f1b", framework="megatron", split=split,
-                         grad_dtype="bf16" if row["source"] == "megatron-bridge" else "")   # stacks.BF16_GRADS
+                         grad_dtype="bf16" if row["source"] == "megatron-bridge" else "")   # recipes.BF16_GRADS
     cluster = ClusterSpec(gpu_from_name(SYSTEMS[row["system"]]), nodes=max(1, gpus // per_node),
                           gpus_per_node=min(per_node, gpus))
     return PublishedRun(source=row["source"], release=row["release"], system=row["system"],

@@ -16,7 +16,6 @@ a model worth its complexity must beat.
 from __future__ import annotations
 
 import csv
-import re
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
 from calculators.specs.recompute import SAC_WITH_ATTENTION, modules
+from validation import recipes
 from validation.conventions import tokens_from_tflops
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.time.profiles import default_profile
@@ -104,127 +104,6 @@ def _model(row) -> ModelSpec:
                      name=name[:100], **words)
 
 
-def _loss(settings: str) -> str:
-    """The loss kernel a row states (loss=eager or loss=compiled in its other settings): a run of
-    torchtitan from before it compiled its loss under training.compile says loss=eager."""
-    for kernel in ("eager", "compiled"):
-        if f"loss={kernel}" in settings.replace(" ", "").lower():
-            return kernel
-    return ""
-
-
-def _te_modules(settings: str) -> bool:
-    """Whether a PyTorch-native row builds its layers from Transformer Engine's modules: NeMo
-    Automodel's "TE" kernel optimizations (its performance summary's glossary: "RMSNorm, Linear and
-    DotProductAttention")."""
-    return re.search(r"(^|[;,+\s])TE(\s*\+|\s*;|\s*,|$)", settings) is not None
-
-
-def _attention(settings: str) -> str:
-    """The attention kernel a row forces (sdpa=cudnn or sdpa=flash: PyTorch's SDPA backends, flash
-    being FlashAttention-2; Transformer Engine's DotProductAttention, whose FusedAttention backend
-    runs cuDNN's kernels, as Megatron's does), else "" (the framework's, kernels.attention_kernel)."""
-    found = re.search(r"sdpa\s*=\s*(cudnn|flash)\b", settings, re.I)
-    if found:
-        return {"cudnn": "cudnn", "flash": "fa2"}[found.group(1).lower()]
-    return "cudnn" if _te_modules(settings) else ""
-
-
-def _dispatcher(settings: str) -> str:
-    """deepep where a row names DeepEP or HybridEP (both send a token once per node, and once per
-    GPU inside it, that holds one of its experts), unless it says dispatcher=alltoall."""
-    text = settings.replace(" ", "").lower()
-    return "deepep" if ("deepep" in text or "hybridep" in text) and "dispatcher=alltoall" not in text else "alltoall"
-
-
-def _ep_overlap(settings: str) -> bool:
-    """Whether a row runs Megatron's EP overlap (moe_a2a_overlap, A2A_OVERLAP=1)."""
-    return re.search(r"a2a_overlap\s*=\s*(1|true)\b", settings, re.I) is not None
-
-
-def _experts(settings: str) -> str:
-    """"fused" where a row's experts run one grouped kernel for all (Megatron's
-    cutedsl_fused_grouped_mlp), else "" (the framework's, kernels.expert_kernel)."""
-    return "fused" if re.search(r"cutedsl_fused_grouped_mlp\s*=\s*(1|true)\b", settings, re.I) else ""
-
-
-# Sources whose runs keep and reduce Megatron's gradients in bf16 (frameworks.grad_dtype): Megatron-
-# Bridge's performance recipes set ddp.grad_reduce_in_fp32=False in every model's script since the
-# first (scripts/performance, 568b3a3ef, 2025-08-28; configs/*/*_llm_pretrain.py at dabf51d9d);
-# Megatron-LM's Llama 3 example passes --grad-reduce-in-bf16 (examples/llama/train_llama3_8b_h100_fp8.sh
-# at bf6e9985) and its other rows follow NeMo's performance scripts, bf16 from 2025-06-12
-# (scripts/performance/helpers.py, ab020f6a72). NeMo 2.0 before that reduced in fp32.
-BF16_GRADS = ("megatron-bridge-", "megatron-lm-llama-example-")
-
-
-def _grad_dtype(row: dict) -> str:
-    """A row's grad_reduce=fp32|bf16 where it states one, else bf16 for the sources above."""
-    found = re.search(r"grad_reduce\s*=\s*(fp32|bf16)\b", row["other_settings"], re.I)
-    if found:
-        return found.group(1).lower()
-    return "bf16" if row["source_id"].startswith(BF16_GRADS) else ""
-
-
-def _moment_dtype(row: dict) -> str:
-    """bf16 where a row states exp_avg_dtype=bf16, and for Megatron-MoE-ModelZoo's FP8 runs, whose
-    script passes --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 for
-    fp8 and mxfp8 (sbatch_benchmarking.sh); else "" (fp32)."""
-    if re.search(r"exp_avg_dtype\s*=\s*bf16\b", row["other_settings"], re.I):
-        return "bf16"
-    modelzoo_fp8 = row["source_id"].startswith("megatron-moe-modelzoo-") and row["precision"].strip().lower() == "fp8"
-    return "bf16" if modelzoo_fp8 else ""
-
-
-# NeMo 1.x launcher runs on Apex's DistributedFusedAdam (optim name distributed_fused_adam in the
-# configs they ran: NVIDIA/dgxc-benchmarking at v24.11.1 (35a9aec) and v25.02 (8f5cbb3),
-# llama3.1/*.yaml, nemo_megatron/gpt3_175b_hydra.yaml, nemotron/*.yaml; NeMo-Framework-Launcher's
-# conf/training/nemotron/nemotron_340b.yaml as of NeMo 24.07, 1ab2c78). NeMo's setup_optimization
-# (megatron_base_model.py) gives it no fp32 master with bf16 weights: 16-bit remainders where its
-# state is fp32 (store_param_remainders), nothing where it is bf16 (store_params=False); Apex reduces
-# gradients in its state dtype unless grad_sync_dtype says otherwise. (source, model) -> (grad_dtype,
-# moment_dtype, master_dtype); dgxc v25.02's Nemotron-4 15B moved to Megatron's optimizer
-# (mcore_distributed_optim) and keeps the default.
-_DEFAULT_APEX = ("", "", "remainder")
-_BF16_APEX = ("bf16", "bf16", "none")            # optim.dtype bf16, grad_sync_dtype bf16
-APEX_ADAM = {("dgxc-benchmarking-v24.11.1", m): _DEFAULT_APEX
-             for m in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "nemotron4-15b")}
-APEX_ADAM.update({("dgxc-benchmarking-v25.02", m): _DEFAULT_APEX
-                  for m in ("llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b")})
-APEX_ADAM.update({("dgxc-benchmarking-v24.11.1", "nemotron4-340b"): _BF16_APEX,
-                  ("nemo-24.07", "nemotron4-340b"): _BF16_APEX})
-# NeMo 24.07's SFT rows: the launcher's examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh
-# (the table's layouts) run conf/peft/llama/sft.yaml, Apex with dtype and grad_sync_dtype bf16, and
-# pass fp8_params=true, for which NeMo stores a master (store_params) in the state's bf16. Their FP8
-# weights (1 byte, not 2) are not modelled.
-APEX_ADAM.update({("nemo-24.07", m): ("bf16", "bf16", "16bit") for m in ("llama2-7b", "llama2-13b", "llama2-70b")})
-
-
-def _optimizer(row: dict) -> tuple[str, str, str]:
-    """(grad_dtype, moment_dtype, master_dtype) of a row: APEX_ADAM's for the NeMo 1.x launcher runs
-    on Apex's optimizer, else what _grad_dtype and _moment_dtype read, with master remainders for
-    Megatron-Bridge's bf16 runs: its performance scripts turn on Megatron's precision-aware
-    optimizer whenever the compute dtype is bf16 (scripts/performance, since the first, 568b3a3ef,
-    2025-08-28), whose Transformer Engine FusedAdam keeps 16-bit remainders (store_param_remainders,
-    Megatron-Core's default), fp32 masters where a row's FP8 recipe is not delayed scaling, and the
-    framework's master elsewhere."""
-    apex = APEX_ADAM.get((row["source_id"], row["model"].strip()))
-    if apex and row["framework"].strip().lower() == "nemo":
-        return apex
-    precision = row["precision"].strip().lower()
-    bridge_bf16 = row["source_id"].startswith("megatron-bridge-") and precision == "bf16"
-    moments = _moment_dtype(row)
-    # FP8 recipes other than delayed scaling keep fp32 masters in Megatron's distributed optimizer
-    # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8): Megatron-MoE-ModelZoo's MXFP8
-    fp32_master = moments == "bf16" and precision == "fp8" and "delayed" not in row["fp8_recipe"].lower()
-    return _grad_dtype(row), moments, "remainder" if bridge_bf16 else "fp32" if fp32_master else ""
-
-
-def _offload(settings: str) -> int:
-    """The layers a row's Megatron offloads activations of (cpu_offloading_num_layers=N), else 0."""
-    found = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", settings)
-    return int(found.group(1)) if found else 0
-
-
 def _run(line: int, row: dict) -> Run:
     framework = FRAMEWORKS.get(row["framework"].strip().lower())
     if framework is None:
@@ -243,18 +122,12 @@ def _run(line: int, row: dict) -> Run:
     mbs, seq = _int(row, "mbs", 1), _int(row, "seq")
     gbs = _int(row, "gbs", dp * mbs)
     recompute = _recompute(row["recompute"])
-    grads, moments, master = _optimizer(row)
     par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,
                          seq=seq, zero=_int(row, "zero", 3 if framework == "fsdp2" else 1), sp=tp > 1,
                          tp_overlap=framework == "megatron" and tp > 1, recompute=recompute or "none",
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
-                         compile=row["compile"].strip().lower() in ("yes", "true", "1"),
-                         dispatcher=_dispatcher(row["other_settings"]), ep_overlap=_ep_overlap(row["other_settings"]),
-                         loss=_loss(row["other_settings"]), attention=_attention(row["other_settings"]),
-                         experts=_experts(row["other_settings"]), grad_dtype=grads, moment_dtype=moments,
-                         master_dtype=master, elementwise="fused" if _te_modules(row["other_settings"]) else "",
-                         offload_layers=_offload(row["other_settings"]))
+                         compile=row["compile"].strip().lower() in ("yes", "true", "1"), **recipes.knobs(row))
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

@@ -31,9 +31,9 @@ def compute(v: dict):
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")
     if ddp_buckets(par):
-        text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} GiB, {mem['grads_full_gib']:.2f} once the backward "
-                 "ends. This layout is PyTorch's DDP: its gradient buckets, allocated when the model is wrapped, "
-                 "stay from step to step beside each parameter's own .grad, which the backward creates.")
+        text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} GiB, {mem['grads_full_gib']:.2f} once the "
+                 "backward ends. This layout is PyTorch's DDP: its gradient buckets, allocated when the model is "
+                 "wrapped, stay from step to step beside each parameter's own .grad, which the backward creates.")
     elif mem["grads_full_gib"] > mem["grads_gib"] + 1e-9:
         text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} of {mem['grads_full_gib']:.2f} GiB. FSDP2 sets "
                  "them to None each step and, with one micro-batch per step, creates each layer's as its backward "

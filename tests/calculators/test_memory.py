@@ -160,9 +160,9 @@ def test_adam_moments_in_bf16():
 def test_master_weights_as_remainders_or_none():
     """Megatron's precision-aware optimizer over its distributed optimizer keeps only the 16 bits an
     fp32 master has beyond its bf16 weight (Transformer Engine's FusedAdam, store_param_remainders):
-    2 bytes, not 4, in bf16 and FP8 delayed-scaling training; Megatron-FSDP keeps fp32 masters. NeMo 1.x's Apex DistributedFusedAdam keeps
-    remainders too, or no master at all with a bf16 state (master_dtype none). The optimizer step
-    reads and writes the remainder with the weight."""
+    2 bytes, not 4, in bf16 and FP8 delayed-scaling training; Megatron-FSDP keeps fp32 masters.
+    NeMo 1.x's Apex DistributedFusedAdam keeps remainders too, or no master at all with a bf16 state
+    (master_dtype none). The optimizer step reads and writes the remainder with the weight."""
     from calculators.planning.export import export
     from calculators.specs.frameworks import master_dtype, optimizer_bytes
     from calculators.specs.parallel import check_layout

@@ -87,13 +87,13 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
 
 def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
     """Megatron-Bridge's performance recipes and Megatron-LM's Llama 3 example reduce gradients in
-    bf16 (stacks.BF16_GRADS); NeMo 2.0's benchmarks before 2025-06 kept Megatron's fp32.
+    bf16 (recipes.BF16_GRADS); NeMo 2.0's benchmarks before 2025-06 kept Megatron's fp32.
     Megatron-MoE-ModelZoo's FP8 runs keep Adam's moments in bf16, its BF16 runs in fp32."""
     runs = [s.run for s in scored[0]]
     bridge = [r for r in runs if r.source.startswith("megatron-bridge-")]
     assert bridge and all(r.par.grad_dtype == "bf16" for r in bridge)
     # NeMo 2.0 kept Megatron's fp32; the NeMo 1.x launcher's Nemotron-4 340B ran Apex's optimizer with
-    # grad_sync_dtype bf16 (stacks.APEX_ADAM)
+    # grad_sync_dtype bf16 (recipes.APEX_ADAM)
     assert all(r.par.grad_dtype == ("bf16" if r.model.name == "nemotron4-340b" and r.par.master_dtype else "")
                for r in runs if r.source.startswith("dgxc-benchmarking-"))
     zoo = [r for r in runs if r.source.startswith("megatron-moe-modelzoo-")]
@@ -115,17 +115,18 @@ def test_pytorch_native_runs_on_transformer_engine_modules_run_its_kernels(score
 def test_nemo_launcher_runs_keep_apexs_optimizer_state(scored):
     """NeMo 1.x launcher runs on Apex's DistributedFusedAdam keep 16-bit master remainders, or, with
     Nemotron-4 340B's bf16 optimizer state, no master, bf16 moments and bf16 gradients
-    (stacks.APEX_ADAM); NeMo 2.0's runs keep Megatron's fp32 master."""
+    (recipes.APEX_ADAM); NeMo 2.0's runs keep Megatron's fp32 master."""
     runs = [s.run for s in scored[0]]
     apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype in ("remainder", "16bit", "none")}
     assert {p.master_dtype for p in apex.values()} == {"remainder", "16bit", "none"}
     # Megatron-MoE-ModelZoo's MXFP8 runs keep fp32 masters despite their precision-aware optimizer
     zoo = [r.par for r in runs if r.source.startswith("megatron-moe-modelzoo-") and r.par.precision == "fp8"]
     assert zoo and {p.master_dtype for p in zoo} == {"fp32"}
-    assert all(src.startswith(("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-"))
-               for src, _ in apex)
+    launcher = ("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-")
+    assert all(src.startswith(launcher) for src, _ in apex)
     sft = [p for (src, name), p in apex.items() if src == "nemo-24.07" and name.startswith("llama2")]
-    assert len(sft) == 3 and {(p.grad_dtype, p.moment_dtype, p.master_dtype) for p in sft} == {("bf16", "bf16", "16bit")}
+    assert len(sft) == 3
+    assert {(p.grad_dtype, p.moment_dtype, p.master_dtype) for p in sft} == {("bf16", "bf16", "16bit")}
     big = [p for (src, name), p in apex.items() if name == "nemotron4-340b"]
     assert big and all((p.grad_dtype, p.moment_dtype, p.master_dtype) == ("bf16", "bf16", "none") for p in big)
     assert not any(r.par.master_dtype for r in runs if r.source.startswith("dgxc-benchmarking-v25.04"))

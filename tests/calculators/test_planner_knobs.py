@@ -1,0 +1,120 @@
+"""The planner's knobs beyond the layout's sizes: the MoE dispatcher and expert kernels, bf16
+gradients and moments, the master weights, activation offloading, and the one micro-batch per step
+that FSDP2 and DDP can fit where smaller ones do not: each planned only where the constraints allow
+it, and taken where it is faster or fits."""
+from dataclasses import replace
+
+import pytest
+
+from calculators.memory.estimate import estimate_memory
+from calculators.planning.export import export
+from calculators.planning.planner import plan
+from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import ClusterSpec, gpu_from_name
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.presets import model_from_name
+
+H100 = gpu_from_name("H100-80GB")
+
+
+def test_moe_dispatcher_plans_and_exports():
+    """Qwen3-235B on 32 nodes: allowing DeepEP gives the planner a faster best plan (its EP
+    traffic crosses the network once per node), exported as Megatron's flex dispatcher; other
+    frameworks' exports say they run the all-to-all."""
+    qwen = model_from_name("qwen3-235b-a22b")
+    cluster = ClusterSpec(H100, nodes=32, gpus_per_node=8)
+    need = {"tp": 2, "pp": 8, "ep": 32, "etp": 1, "schedule": "interleaved", "vpp": 4}
+    a2a = plan(qwen, cluster, 4096, 2048, need).plans[0]
+    deep = plan(qwen, cluster, 4096, 2048, {**need, "dispatcher": ["alltoall", "deepep"]}).plans[0]
+    assert a2a.par.dispatcher == "alltoall" and deep.par.dispatcher == "deepep"
+    assert deep.step.time_s < 0.8 * a2a.step.time_s
+    meg, _ = export("megatron", qwen, cluster, deep.par)
+    assert "--moe-token-dispatcher-type flex" in meg and "--moe-flex-dispatcher-backend deepep" in meg
+    assert "--moe-token-dispatcher-type alltoall" in export("megatron", qwen, cluster, a2a.par)[0]
+    _, notes = export("torchtitan", qwen, cluster, deep.par)
+    assert any("not DeepEP" in n for n in notes)
+    with pytest.raises(ConfigError, match="dispatcher"):
+        plan(qwen, cluster, 4096, 2048, {"dispatcher": "nvshmem"})
+
+
+def test_fused_experts_are_planned_only_where_allowed():
+    """In FP8 Megatron walks a GPU's experts one by one (host.expert_loop_host); a fused grouped MLP
+    is never slower in the model, so a plan takes it where `experts` allows it, and the Megatron
+    export says it is a config setting, not a flag."""
+    qwen = model_from_name("qwen3-30b-a3b")
+    cluster = ClusterSpec(gpu_from_name("B200"), nodes=2)
+    need = {"precision": "fp8", "ep": 8, "tp": 1, "pp": 1}
+    looped = plan(qwen, cluster, 4096, 512, need).plans[0]
+    fused = plan(qwen, cluster, 4096, 512, {**need, "experts": ["", "fused"]}).plans[0]
+    assert looped.par.experts == "" and fused.par.experts == "fused" and "experts=fused" in fused.label()
+    assert fused.step.time_s < looped.step.time_s
+    _, notes = export("megatron", qwen, cluster, fused.par)
+    assert any("use_transformer_engine_op_fuser" in n for n in notes)
+    with pytest.raises(ConfigError, match="experts"):
+        plan(qwen, cluster, 4096, 512, {"experts": "grouped"})
+
+
+def test_bf16_gradients_are_planned_only_where_allowed():
+    """Keeping and reducing gradients in bf16 (grad_dtype) is a numerics choice: a plan keeps the
+    framework's fp32 unless the constraints allow bf16, and then takes it (less memory, fewer bytes)."""
+    llama = model_from_name("llama3-8b")
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=2)
+    need = {"tp": 1, "pp": 1, "cp": 1}
+    kept = plan(llama, cluster, 4096, 256, need).plans[0]
+    halved = plan(llama, cluster, 4096, 256, {**need, "grad_dtype": ["", "bf16"]}).plans[0]
+    assert kept.par.grad_dtype == "" and halved.par.grad_dtype == "bf16" and "grads=bf16" in halved.label()
+    with pytest.raises(ConfigError, match="grad_dtype"):
+        plan(llama, cluster, 4096, 256, {"grad_dtype": "fp16"})
+    both = plan(llama, cluster, 4096, 256, {**need, "grad_dtype": "bf16", "moment_dtype": ["", "bf16"]}).plans[0]
+    assert both.par.moment_dtype == "bf16" and "moments=bf16" in both.label()
+    # a framework that keeps fp32 moments plans with them where the list allows it
+    fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "moment_dtype": ["", "bf16"]}).plans[0]
+    assert fsdp.par.moment_dtype == ""
+    # masters as remainders (or none) likewise, Megatron only
+    lean = plan(llama, cluster, 4096, 256, {**need, "master_dtype": ["fp32", "remainder"]}).plans[0]
+    assert lean.par.master_dtype == "remainder" and "master=remainder" in lean.label()
+    masters = [estimate_memory(llama, cluster, p.par).worst.master_gib for p in (kept, lean)]
+    assert masters[1] == pytest.approx(masters[0] / 2)
+    fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "master_dtype": ["", "remainder"]}).plans[0]
+    assert fsdp.par.master_dtype == ""
+    with pytest.raises(ConfigError, match="master_dtype"):
+        plan(llama, cluster, 4096, 256, {"master_dtype": "fp16"})
+
+
+def test_offloading_is_planned_where_allowed_instead_of_recompute():
+    """Megatron's activation offloading (offload_layers) trades host-link time for memory; a plan
+    tries the allowed counts (fewest first) where the layout would otherwise need recompute, and
+    keeps whichever is faster. On GB200, whose NVLink-C2C copies 193 GB/s, offloading beats full
+    recompute for Llama 3 70B under FSDP with 2 sequences of 8k."""
+    llama = model_from_name("llama3-70b")
+    cluster = ClusterSpec(gpu_from_name("GB200"), nodes=1, gpus_per_node=64)
+    need = {"tp": 1, "pp": 1, "cp": 1, "zero": 3, "mbs": 2, "precision": "fp8"}
+    recomputed = plan(llama, cluster, 8192, 128, need).plans[0]
+    assert recomputed.par.offload_layers == 0 and recomputed.par.recompute != "none"
+    offloaded = plan(llama, cluster, 8192, 128, {**need, "offload_layers": [0, 40, 60, 79]}).plans[0]
+    assert offloaded.par.offload_layers in (60, 79) and offloaded.par.recompute == "none"
+    assert offloaded.step.time_s < recomputed.step.time_s and "offload=" in offloaded.label()
+    with pytest.raises(ConfigError, match="offload_layers"):
+        plan(llama, cluster, 8192, 128, {"offload_layers": -1})
+
+
+def test_fsdp2_plans_the_one_micro_batch_that_fits_where_smaller_ones_do_not():
+    """Under FSDP2 one micro-batch per step holds fewer gradients at the peak (estimate.late_grads),
+    so a larger micro-batch can fit where the smallest does not: the planner tries it."""
+    model = model_from_name("llama2-7b")
+    cluster = ClusterSpec(gpu_from_name("H200-141GB"), nodes=1, gpus_per_node=1)
+    small = estimate_memory(model, cluster, ParallelConfig(dp=1, zero=0, mbs=1, gbs=2, seq=8192, framework="fsdp2",
+                                                           recompute="full"))
+    assert not small.fits
+    result = plan(model, cluster, 8192, 2, {"framework": "fsdp2"})
+    assert result.plans and result.plans[0].par.mbs == 2 and result.plans[0].par.microbatches == 1
+    assert estimate_memory(model, cluster, result.plans[0].par).fits
+
+    # DDP (fsdp2 unsharded over 8 replicas) likewise: its parameters' .grad come as the activations go
+    # (beside its buckets), so the step's one micro-batch holds less than two of half the size
+    cluster = ClusterSpec(gpu_from_name("H200-141GB"), nodes=1)
+    ddp = plan(model_from_name("llama3-8b"), cluster, 4096, 32,
+               {"framework": "fsdp2", "zero": 1, "tp": 1, "pp": 1, "cp": 1, "recompute": "full"})
+    assert {p.par.mbs for p in ddp.plans} >= {4} and all(p.par.mbs in (1, 4) for p in ddp.plans)
+    two = replace(ddp.plans[0].par, mbs=2)
+    assert estimate_memory(model_from_name("llama3-8b"), cluster, two).total_gib > max(p.memory_gib for p in ddp.plans)
