@@ -7,9 +7,10 @@ import re
 
 
 def loss(settings: str) -> str:
-    """The loss kernel a row states (loss=eager or loss=compiled in its other settings): a run of
-    torchtitan from before it compiled its loss under training.compile says loss=eager."""
-    for kernel in ("eager", "compiled"):
+    """The loss kernel a row states (loss=eager, loss=compiled or loss=bf16 in its other settings): a
+    run of torchtitan from before it compiled its loss under training.compile says loss=eager, NeMo
+    Automodel's MoE benchmarks (MaskedCrossEntropy with fp32_upcast false) loss=bf16."""
+    for kernel in ("eager", "compiled", "bf16"):
         if f"loss={kernel}" in settings.replace(" ", "").lower():
             return kernel
     return ""

@@ -64,6 +64,10 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
     - compiled: Inductor fuses the upcast, the log-sum-exp and the gather into one reduction over
       the bf16 logits (read 2), and the backward into one pass that reads them again and writes
       the bf16 gradient (2 + 2).
+    - bf16: eager F.cross_entropy on the bf16 logits themselves (NeMo Automodel's MaskedCrossEntropy
+      with fp32_upcast false): the log-softmax reads and writes bf16 (2 + 2); backward the loss's
+      gradient is written (2) and the log-softmax's backward reads it and its output and writes the
+      logits' gradient (2 + 2 + 2).
     - the others: 8 and 8, about four fp32 passes. NVIDIA's Megatron recipes turn on
       cross_entropy_loss_fusion (one fused kernel each way); DeepSpeed's eager loss has not been
       counted pass by pass.
@@ -72,6 +76,8 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
         return (38.0, 6), (14.0, 2)
     if kernel == "compiled":
         return (2.0, 1), (4.0, 1)
+    if kernel == "bf16":
+        return (4.0, 2), (8.0, 2)
     return (8.0, 2), (8.0, 2)
 
 
@@ -84,12 +90,15 @@ def loss_activation_bytes(kernel: str) -> tuple[float, float]:
       are transient (2 + 4);
     - compiled: Inductor's partitioner keeps the bf16 logits (2) and the per-token log-sum-exp
       and recomputes the softmax in backward, whose bf16 gradient is the transient (2);
+    - bf16: F.cross_entropy without the upcast keeps its bf16 log-softmax (2), the bf16 logits
+      beside it (2);
     - fused (Megatron's vocabulary-parallel loss): its fp32 softmax (4), the bf16 logits or their
       gradient beside it (2);
     - nanotron: the fp32 softmax (4); it casts the logits to fp32 in a pipeline block and makes a
       contiguous transposed copy before its loss: 2 + 4 + 4 transient.
     """
-    return {"compiled": (2.0, 2.0), "fused": (4.0, 2.0), "nanotron": (4.0, 10.0)}.get(kernel, (4.0, 6.0))
+    return {"compiled": (2.0, 2.0), "bf16": (2.0, 2.0), "fused": (4.0, 2.0),
+            "nanotron": (4.0, 10.0)}.get(kernel, (4.0, 6.0))
 
 
 def expert_kernel(par) -> str:

@@ -18,7 +18,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, 
                         recomputed_norms, valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
-LOSS_KERNELS = ("", "eager", "compiled")           # "": the framework's (kernels.loss_kernel)
+LOSS_KERNELS = ("", "eager", "compiled", "bf16")   # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
 ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
@@ -61,7 +61,8 @@ class ParallelConfig:
     flash: bool = True           # flash attention (no s x s score matrix is stored)
     attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (kernels.attention_kernel)
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
-    loss: str = ""               # the cross-entropy: eager | compiled; "": the framework's (kernels.loss_kernel)
+    loss: str = ""               # the cross-entropy: eager | compiled | bf16 (eager on the bf16 logits, no fp32
+                                 # upcast); "": the framework's (kernels.loss_kernel)
     experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
                                  # GroupedLinear) | fused (one kernel for all); "": the framework's
                                  # (kernels.expert_kernel)

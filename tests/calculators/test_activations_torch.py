@@ -93,13 +93,18 @@ def _cross_entropy(pred, labels):   # torchtitan's loss (torchtitan/components/l
     return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
-@pytest.mark.parametrize("kernel", ["eager", "compiled"])
+def _cross_entropy_bf16(pred, labels):   # NeMo Automodel's MaskedCrossEntropy(fp32_upcast=False)
+    return torch.nn.functional.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1))
+
+
+@pytest.mark.parametrize("kernel", ["eager", "compiled", "bf16"])
 def test_loss_keeps_what_pytorch_keeps(kernel):
     """kernels.loss_activation_bytes: eager F.cross_entropy on the fp32 upcast keeps its fp32
-    log-softmax; compiled by Inductor, it keeps the bf16 logits (and a per-token log-sum-exp) and
-    recomputes the softmax; the gradient comes back in bf16 either way."""
+    log-softmax, on the bf16 logits themselves its bf16 one; compiled by Inductor, it keeps the
+    bf16 logits (and a per-token log-sum-exp) and recomputes the softmax; the gradient comes back
+    in bf16 either way."""
     from calculators.specs.kernels import loss_activation_bytes
-    fn = torch.compile(_cross_entropy) if kernel == "compiled" else _cross_entropy
+    fn = {"compiled": torch.compile(_cross_entropy), "bf16": _cross_entropy_bf16}.get(kernel, _cross_entropy)
     per_logit, grad_dtype = _loss_saved_per_logit(fn)
     kept, transient = loss_activation_bytes(kernel)
     assert per_logit == pytest.approx(kept, rel=0.03)     # the per-token terms are 1/1000 of it
