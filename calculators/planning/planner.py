@@ -48,8 +48,8 @@ PRUNE = 1.15                     # skip a structure whose optimistic time is thi
 
 # --------------------------------------------------------------------------- the search
 def _prefer(allowed: list, smaller: tuple, takes: bool) -> str:
-    """The first of `smaller` (less memory, fewer bytes: bf16 gradients or moments, masters as none
-    or remainders) the constraints allow, where the framework takes it, else the first other value
+    """The first of `smaller` (less memory, fewer bytes: bf16 gradients or moments, masters as none,
+    remainders or 16 bits) the constraints allow, where the framework takes it, else the first other value
     allowed (a list that allows only those keeps its first: its layouts are refused with the
     framework's reason)."""
     found = next((v for v in smaller if v in allowed), None) if takes else None
@@ -160,7 +160,7 @@ class _Search:
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
                                       grad_dtype=_prefer(sp["grad_dtype"], ("bf16",), self.framework != "nanotron"),
                                       moment_dtype=_prefer(sp["moment_dtype"], ("bf16",), self.framework == "megatron"),
-                                      master_dtype=_prefer(sp["master_dtype"], ("none", "remainder"),
+                                      master_dtype=_prefer(sp["master_dtype"], ("none", "remainder", "16bit"),
                                                            self.framework == "megatron"),
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],

@@ -60,7 +60,11 @@ softmax needs did not, so each kernel family moves on its own.
   2025-12), the ratio of their peaks. Earlier cuDNN releases were slower on 8k to 16k tokens:
   9.13 on a B200 (2025-10, the same artifacts) ran at 0.83 of these rates forward and 0.79
   backward at 8k after that scaling, and alike at 32k; runs from 2025 attend more slowly than
-  this table says.
+  this table says. All these rows time short bursts (the 2025 benchmark slept ten times a
+  kernel's time after each launch; today's times 10 launches), where the GEMM rates are sustained
+  at the power cap; whether cuDNN attention under a step's sustained load falls as a GEMM does
+  (0.875 of its burst on our H100) is not assumed: the GPU sessions' `sustained` stage measures it
+  (benchmarks/sessions/sustained.py).
 - FlashAttention-2 (PyTorch's flash backend, the flash-attn package): 1.14 times its H100 rate,
   not 2.5 times: Azure's AI benchmarking guide ran flash-attn's own benchmark (head dim 128,
   batch 2, 8k, forward + backward) at 373.9 TFLOP/s on a GB200 and 327.9 on an H100 (our H100

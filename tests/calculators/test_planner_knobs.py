@@ -71,7 +71,7 @@ def test_bf16_gradients_are_planned_only_where_allowed():
     fsdp = plan(llama, cluster, 4096, 256, {**need, "framework": "fsdp2", "moment_dtype": ["", "bf16"]}).plans[0]
     assert fsdp.par.moment_dtype == ""
     # masters as remainders (or none) likewise, Megatron only
-    lean = plan(llama, cluster, 4096, 256, {**need, "master_dtype": ["fp32", "remainder"]}).plans[0]
+    lean = plan(llama, cluster, 4096, 256, {**need, "master_dtype": ["fp32", "16bit", "remainder"]}).plans[0]
     assert lean.par.master_dtype == "remainder" and "master=remainder" in lean.label()
     masters = [estimate_memory(llama, cluster, p.par).worst.master_gib for p in (kept, lean)]
     assert masters[1] == pytest.approx(masters[0] / 2)
