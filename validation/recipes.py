@@ -98,7 +98,8 @@ APEX_ADAM.update({("dgxc-benchmarking-v24.11.1", "nemotron4-340b"): _BF16_APEX,
 # NeMo 24.07's SFT rows: the launcher's examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh
 # (the table's layouts) run conf/peft/llama/sft.yaml, Apex with dtype and grad_sync_dtype bf16, and
 # pass fp8_params=true, for which NeMo stores a master (store_params) in the state's bf16. Their FP8
-# weights (1 byte, not 2) are not modelled.
+# weights stay counted at bf16's 2 bytes: on Hopper Transformer Engine keeps an FP8 weight's
+# transposed copy beside it for the backward (1 + 1).
 APEX_ADAM.update({("nemo-24.07", m): ("bf16", "bf16", "16bit") for m in ("llama2-7b", "llama2-13b", "llama2-70b")})
 
 
