@@ -17,6 +17,7 @@ numpy and scipy (shared/DESIGN.md), so that the CLI runs without the app's packa
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import numbers
@@ -139,6 +140,11 @@ def loads(data, what: str, max_bytes: int = MAX_JSON_BYTES):
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{what} is not UTF-8 text (byte {exc.start})") from None
+    # json recurses once per level and stops at Python's recursion limit; a garbage collection
+    # there runs other objects' finalizers with no stack left, which fail as unraisable errors,
+    # so none runs while it reads (the values it builds hold no cycles)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         value = json.loads(data, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
@@ -149,6 +155,9 @@ def loads(data, what: str, max_bytes: int = MAX_JSON_BYTES):
         reason = "NaN and Infinity are not JSON numbers" if "JSON number" in str(exc) else \
             "it holds an integer too long to read"
         raise ConfigError(f"{what} is not valid JSON: {reason}") from None
+    finally:
+        if collecting:
+            gc.enable()
     _check_tree(value, what)
     return value
 

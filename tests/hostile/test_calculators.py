@@ -276,3 +276,39 @@ def test_readme_states_every_limit():
     for value in (limits.MAX_JSON_BYTES, limits.MAX_JSON_DEPTH, SIM_OPS, MAX_CONFIG_CHARS, MAX_VALUE):
         assert _fmt(value) in section, value
     assert f"a widget call in the app: {WIDGET_BUDGET_S:g} s" in section
+
+
+def test_json_is_read_without_a_garbage_collection_in_its_recursion(monkeypatch):
+    """json recurses once per nesting level up to Python's recursion limit; a garbage collection
+    down there would run other objects' finalizers with no stack left (unraisable errors, which
+    once failed this suite at random). validate.loads keeps the collector off while json reads,
+    and on again after, whether the text was read or refused."""
+    import gc
+    import json
+    from types import SimpleNamespace
+    from calculators.specs import validate
+    from calculators.specs.errors import ConfigError
+    reading, collected = [False], []
+
+    def read(*args, **kwargs):
+        reading[0] = True
+        try:
+            return json.loads(*args, **kwargs)
+        finally:
+            reading[0] = False
+    monkeypatch.setattr(validate, "json", SimpleNamespace(loads=read, JSONDecodeError=json.JSONDecodeError))
+    callback = lambda phase, info: collected.append(phase) if reading[0] else None   # noqa: E731
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)                    # any allocation would collect
+    gc.callbacks.append(callback)
+    try:
+        for text in (b"[" * 5000 + b"]" * 5000, b"[" * 40 + b"]" * 40, b'{"a": [1, 2, {"b": 3}]}'):
+            try:
+                validate.loads(text, "text")
+            except ConfigError:
+                pass
+            assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(callback)
+        gc.set_threshold(*threshold)
+    assert collected == []
