@@ -122,16 +122,16 @@ def _megatron(model, cluster, par, _ref):
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
     if par.offload_layers:
         a.append(f"--cpu-offloading-num-layers {par.offload_layers}")
-    if par.moment_dtype == "bf16":
-        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     master = master_dtype(par)
-    if master == "remainder" and par.moment_dtype != "bf16":
-        a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam keeps remainders
+    if par.moment_dtype == "bf16" or master in ("remainder", "16bit"):
+        a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam (remainders by default)
+    if par.moment_dtype == "bf16":
+        a += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+    if master == "16bit":
+        a.append("--main-params-dtype fp16")
     if master == "remainder" and par.precision == "fp8":
         notes.append("master_dtype=remainder holds under FP8 delayed scaling, as written here; with the current, "
                      "blockwise or MX recipes Megatron keeps fp32 masters (plan with master_dtype fp32)")
-    if master == "16bit":
-        a += ["--main-params-dtype fp16"] + (["--use-precision-aware-optimizer"] if par.moment_dtype != "bf16" else [])
     if master == "none":
         notes.append("master_dtype=none is Apex's DistributedFusedAdam with dtype bf16 (NeMo 1.x); Megatron's "
                      "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (master_dtype 16bit)")

@@ -297,8 +297,11 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                  "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")
     if par.framework == "megatron" and par.zero == 0 and (par.moment_dtype == "bf16"
                                                           or par.master_dtype not in ("", "fp32")):
-        p.append("bf16 moments and master remainders are Megatron's precision-aware optimizer, which runs only "
-                 "with its distributed optimizer: use zero 1, or moment_dtype fp32 and master_dtype fp32")
+        asked = " and ".join(([f"moment_dtype {par.moment_dtype}"] if par.moment_dtype == "bf16" else [])
+                             + ([f"master_dtype {par.master_dtype}"] if par.master_dtype not in ("", "fp32") else []))
+        p.append(f"{asked} {'need' if ' and ' in asked else 'needs'} Megatron's precision-aware optimizer, "
+                 "which runs only with its distributed "
+                 "optimizer: use zero 1, or moment_dtype fp32 and master_dtype fp32")
     if par.master_dtype not in ("", "fp32") and par.framework != "megatron":
         p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
                  f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
