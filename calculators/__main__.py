@@ -21,9 +21,10 @@ import threading
 
 from .specs import limits
 from .specs.errors import ConfigError
-from .specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
+from .specs.frameworks import FP8_TEXT, MASTER_TEXT, fp8_weights, grad_dtype, master_dtype
 from .specs.hardware import GPU_PRESETS
-from .specs.parallel import FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES, RECOMPUTE, SCHEDULES
+from .specs.parallel import (FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES,
+                            RECOMPUTE, SCHEDULES)
 from .specs.recompute import EXPLICIT, MODULES_TEXT
 from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
@@ -184,7 +185,8 @@ def cmd_memory(args) -> int:
         cluster = parse_hardware({"gpu": args.gpu, "nodes": args.nodes, "gpus_per_node": args.gpus_per_node})
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
-            "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "offload_layers")})
+            "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
+            "offload_layers")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -194,7 +196,7 @@ def cmd_memory(args) -> int:
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
           f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
           f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
-          f"{MASTER_TEXT[master_dtype(par)]}\n")
+          f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
     for s in est.stages:
@@ -260,6 +262,11 @@ def main(argv=None) -> int:
                    help="the optimizer's master weights: fp32, remainder (16 bits beside each bf16 weight: "
                         "Megatron's precision-aware optimizer, NeMo 1.x's Apex DistributedFusedAdam) or none "
                         "(default: the framework's)")
+    m.add_argument("--fp8-recipe", default="", choices=FP8_RECIPES,
+                   help="Transformer Engine's FP8 scaling under Megatron (default delayed; mxfp8 on Blackwell)")
+    m.add_argument("--fp8-weights", default="", choices=FP8_WEIGHTS,
+                   help="Megatron's FP8 layers' weights: fp8 (FP8 parameters, --fp8-param-gather) or bf16 (TE caches "
+                        "an FP8 copy of each); default: fp8 from ZeRO 1 on, bf16 at ZeRO 0")
     args = ap.parse_args(argv)
     if args.cmd == "estimate":
         return cmd_estimate(args)

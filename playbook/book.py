@@ -28,9 +28,9 @@ from markdown_it import MarkdownIt
 from playbook import numbers
 
 CHAPTERS = Path(__file__).parent / "chapters"
-DIRECTIVE = re.compile(r"\{\{\s*([a-z_]+)((?:\s+[a-z_]+=[^\s}]+)*)\s*\}\}")
+DIRECTIVE = re.compile(r"\{\{\s*([a-z_]+)((?:\s+[a-z_][a-z0-9_]*=[^\s}]+)*)\s*\}\}")
 FENCED = re.compile(r"^```.*?^```", re.S | re.M)
-WIDGET = re.compile(r"^\{\{\s*widget\s+([a-z_]+)((?:\s+[a-z_]+=[^\s}]+)*)\s*\}\}$")
+WIDGET = re.compile(r"^\{\{\s*widget\s+([a-z_]+)((?:\s+[a-z_][a-z0-9_]*=[^\s}]+)*)\s*\}\}$")
 
 
 @dataclass(frozen=True)

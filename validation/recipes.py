@@ -98,8 +98,9 @@ APEX_ADAM.update({("dgxc-benchmarking-v24.11.1", "nemotron4-340b"): _BF16_APEX,
 # NeMo 24.07's SFT rows: the launcher's examples/peft/llama/h100/{7b_1node,13b_1node,70b_2node}.sh
 # (the table's layouts) run conf/peft/llama/sft.yaml, Apex with dtype and grad_sync_dtype bf16, and
 # pass fp8_params=true, for which NeMo stores a master (store_params) in the state's bf16. Their FP8
-# weights stay counted at bf16's 2 bytes: on Hopper Transformer Engine keeps an FP8 weight's
-# transposed copy beside it for the backward (1 + 1).
+# weights are FP8 parameters, as every FP8 row's whose recipe says (the fp8_weights default from ZeRO
+# 1 on): NeMo 1.x's fp8_params and NeMo 2.0's fp8_param_gather in dgxc-benchmarking's configure.sh and
+# scripts, Megatron-Bridge's fp8_cs and fp8_mx, Megatron-LM's Llama 3 example, the ModelZoo's script.
 APEX_ADAM.update({("nemo-24.07", m): ("bf16", "bf16", "16bit") for m in ("llama2-7b", "llama2-13b", "llama2-70b")})
 
 
@@ -116,11 +117,21 @@ def optimizer(row: dict) -> tuple[str, str, str]:
         return apex
     precision = row["precision"].strip().lower()
     bridge_bf16 = row["source_id"].startswith("megatron-bridge-") and precision == "bf16"
-    moments = moment_dtype(row)
     # FP8 recipes other than delayed scaling keep fp32 masters in Megatron's distributed optimizer
-    # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8): Megatron-MoE-ModelZoo's MXFP8
-    fp32_master = moments == "bf16" and precision == "fp8" and "delayed" not in row["fp8_recipe"].lower()
-    return grad_dtype(row), moments, "remainder" if bridge_bf16 else "fp32" if fp32_master else ""
+    # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8): frameworks.master_dtype
+    # reads that from fp8_recipe (Megatron-MoE-ModelZoo's MXFP8)
+    return grad_dtype(row), moment_dtype(row), "remainder" if bridge_bf16 else ""
+
+
+def fp8_recipe(row: dict) -> str:
+    """Transformer Engine's FP8 recipe of a Megatron or NeMo row, as its fp8_recipe column names it
+    (mxfp8; te-current, Megatron-Bridge's FP8-CS, is per-tensor current scaling; blockwise); ""
+    (delayed, Megatron-LM's default and NeMo's hybrid recipe) where it is not stated."""
+    if row["framework"].strip().lower() not in ("megatron", "nemo") or row["precision"].strip().lower() != "fp8":
+        return ""
+    text = row["fp8_recipe"].lower()
+    return next((recipe for words, recipe in (("mxfp8", "mxfp8"), ("te-current", "tensorwise"),
+                                              ("blockwise", "blockwise"), ("delayed", "delayed")) if words in text), "")
 
 
 def offload(settings: str) -> int:
@@ -136,4 +147,4 @@ def knobs(row: dict) -> dict:
     return {"dispatcher": dispatcher(settings), "ep_overlap": ep_overlap(settings), "loss": loss(settings),
             "attention": attention(settings), "experts": experts(settings),
             "elementwise": "fused" if te_modules(settings) else "", "grad_dtype": grads, "moment_dtype": moments,
-            "master_dtype": master, "offload_layers": offload(settings)}
+            "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings)}

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
-from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, retained_buffers
-from ..specs.hardware import ClusterSpec
+from ..specs.frameworks import bytes_per_param, fp8_weight_extra, grad_dtype, master_dtype, retained_buffers
+from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split
 from ..pipeline.simulate import inflight_microbatches
@@ -205,11 +205,25 @@ def _kind_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tup
     return dense, expert
 
 
+@lru_cache(maxsize=1024)
+def _fp8_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
+    layers Megatron runs in FP8: every weight matrix but the router's."""
+    dense = expert = 0.0
+    for m in model.layer_matmuls(moe):
+        w = m.stored * m.fan_in * m.fan_out
+        if m.expert:
+            expert += w / (ep * etp)
+        elif m.name != "router":
+            dense += w / tp if m.tp in ("col", "row") else w
+    return dense, expert
+
+
 class _Context:
     """What every stage of one layout shares, computed once: the framework's bytes per parameter
     and each layer kind (dense MLP, MoE): its parameters, saved activations and working set."""
 
-    def __init__(self, model: ModelSpec, par: ParallelConfig):
+    def __init__(self, model: ModelSpec, par: ParallelConfig, blackwell: bool = False):
         self.model, self.par = model, par
         layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
                                  master_dtype(par))
@@ -217,6 +231,13 @@ class _Context:
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
+        # FP8 layers' weights beyond bf16's 2 bytes (frameworks.fp8_weight_extra), sharded as the
+        # weights are; per (moe?) layer kind, the bytes one GPU holds
+        extra = fp8_weight_extra(par, blackwell)
+        shards = (dense_shard, expert_shard) if par.zero == 3 else (1, 1)
+        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(_fp8_params(model, moe, par.tp, par.ep, par.etp),
+                                                                 shards)) if extra else 0.0
+                          for moe in model.layer_kinds}
         T = act.tokens(par)
         params = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}   # (dense, expert)
         self.kinds = {}                  # (moe?, recompute mode) -> (dense, expert, saved, working)
@@ -249,13 +270,14 @@ class _Context:
         rank holding these layers with this recompute; ranks alike share it, only their in-flight
         counts differ."""
         model, par = self.model, self.par
-        dense = expert = saved = working = 0.0
+        dense = expert = saved = working = fp8 = 0.0
         present = []
         for moe in model.layer_kinds:
             d, e, s, w = self.kinds[(moe, mode)]
             n = n_moe if moe else n_layers - n_moe
             if n:
                 dense, expert, saved = dense + n * d, expert + n * e, saved + n * s
+                fp8 += n * self.fp8_extra[moe]
                 working = max(working, w)
                 present.append(moe)
         if par.offload_layers and n_layers:
@@ -270,6 +292,7 @@ class _Context:
             if not model.tied_embeddings or par.pp > 1:   # tied: the last stage keeps its own copy
                 dense += self.head
         role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
+        role["weights"] += fp8
         return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))]
 
     def _static_of(self, rank: int, layers) -> tuple:
@@ -350,7 +373,7 @@ class PeakMemory:
 def peak_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> PeakMemory:
     """estimate_memory's most loaded GPU, computed the same way; raises ConfigError alike."""
     check_layout(model, cluster, par)
-    ctx = _Context(model, par)
+    ctx = _Context(model, par, cluster.gpu.name in BLACKWELL)
     totals = ctx.totals_gib(stage_layers(model, par))
     worst = max(range(len(totals)), key=totals.__getitem__)
     return PeakMemory(totals[worst], worst, sum(totals), cluster.gpu.memory_gib, tuple(totals),
@@ -359,16 +382,16 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> MemoryEstimate:
     warnings = check_layout(model, cluster, par)
-    ctx = _Context(model, par)
+    ctx = _Context(model, par, cluster.gpu.name in BLACKWELL)
     stages = tuple(ctx.stage(rank, layers) for rank, layers in enumerate(stage_layers(model, par)))
     return MemoryEstimate(stages=stages, capacity_gib=cluster.gpu.memory_gib, warnings=tuple(warnings),
                           usable_fraction=usable_fraction(par.framework))
 
 
-def stage_memory_fn(model: ModelSpec, par: ParallelConfig):
+def stage_memory_fn(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig):
     """`fn(rank, layer_indices) -> StageMemory` for any layers on any rank of this layout (the
     planner's layer-to-stage split asks what a rank would hold with other layers)."""
-    return _Context(model, par).stage
+    return _Context(model, par, cluster.gpu.name in BLACKWELL).stage
 
 
 def memory_dict(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> dict:

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..specs.errors import ConfigError
-from ..specs.frameworks import master_dtype
+from ..specs.frameworks import fp8_weights, master_dtype
 from ..specs.parallel import ParallelConfig
 from ..time.step import StepEstimate
 
@@ -47,6 +47,8 @@ def label(p: ParallelConfig) -> str:
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
     parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
     parts += [f"master={master_dtype(p)}"] if master_dtype(p) != "fp32" else []
+    parts += [f"fp8={p.fp8_recipe}"] if p.fp8_recipe and fp8_weights(p) else []
+    parts += [f"fp8_weights={p.fp8_weights}"] if p.fp8_weights and fp8_weights(p) else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]

@@ -16,7 +16,7 @@ from .explain import runs_text as split_text
 from ..memory.estimate import ddp_buckets, pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
-from ..specs.frameworks import grad_dtype, master_dtype
+from ..specs.frameworks import fp8_recipe, fp8_weights, grad_dtype, master_dtype
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
 from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
@@ -117,7 +117,12 @@ def _megatron(model, cluster, par, _ref):
     elif par.recompute == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if par.precision == "fp8":
-        a += ["--fp8-format hybrid", "--fp8-recipe delayed"]
+        a += ["--fp8-format " + ("e4m3" if fp8_recipe(par) == "mxfp8" else "hybrid"),
+              f"--fp8-recipe {fp8_recipe(par)}"]
+        if fp8_weights(par) == "fp8":
+            a.append("--fp8-param-gather")     # FP8 parameters; without it TE caches an FP8 copy of each
+            if fp8_recipe(par) == "mxfp8" and par.zero == 1:    # MXFP8's bf16 gather in the gradient buffer
+                a.append("--reuse-grad-buf-for-mxfp8-param-ag")
     if grad_dtype(par) == "bf16":
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
     if par.offload_layers:
@@ -129,9 +134,9 @@ def _megatron(model, cluster, par, _ref):
         a += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     if master == "16bit":
         a.append("--main-params-dtype fp16")
-    if master == "remainder" and par.precision == "fp8":
-        notes.append("master_dtype=remainder holds under FP8 delayed scaling, as written here; with the current, "
-                     "blockwise or MX recipes Megatron keeps fp32 masters (plan with master_dtype fp32)")
+    if master == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
+        notes.append(f"master_dtype=remainder holds under FP8 delayed scaling only; with fp8_recipe {fp8_recipe(par)} "
+                     "Megatron keeps fp32 masters (plan with master_dtype fp32)")
     if master == "none":
         notes.append("master_dtype=none is Apex's DistributedFusedAdam with dtype bf16 (NeMo 1.x); Megatron's "
                      "nearest is --main-params-dtype fp16 with --use-precision-aware-optimizer (master_dtype 16bit)")

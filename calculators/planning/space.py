@@ -12,13 +12,14 @@ from ..specs.frameworks import LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
-from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES,
-                              PRECISIONS, RECOMPUTE, SCHEDULES)
+from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
+                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES)
 from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "offload_layers")
+         "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
+         "offload_layers")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -71,6 +72,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "grad_dtype": [""],
         "moment_dtype": [""],          # likewise: bf16 Adam moments only where allowed
         "master_dtype": [""],          # and masters as remainders, or none, only where allowed (Megatron)
+        # FP8 under Megatron: the recipe and the weights' kind the user names (first), else the framework's
+        "fp8_recipe": [""],
+        "fp8_weights": [""],
         # Megatron's activation offloading (layers kept in host memory): only the counts allowed,
         # tried where no recompute is needed otherwise (planner._least_recompute)
         "offload_layers": [0],
@@ -88,7 +92,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             integer(problems, f"plan constraints: {knob}", v, *PARALLEL[knob])
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
                           ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES),
-                          ("moment_dtype", MOMENT_DTYPES), ("master_dtype", MASTER_DTYPES)):
+                          ("moment_dtype", MOMENT_DTYPES), ("master_dtype", MASTER_DTYPES),
+                          ("fp8_recipe", FP8_RECIPES), ("fp8_weights", FP8_WEIGHTS)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:
@@ -106,6 +111,13 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             raise ConfigError(f"plan constraints: {framework} does not run {knob} {outside}; it runs "
                               f"{knob} {list(runs)}: allow those, or plan for another framework")
         sp[knob] = [v for v in sp[knob] if v in runs]
+    for knob in ("fp8_recipe", "fp8_weights"):
+        if len(set(sp[knob])) > 1:
+            raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
+    if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:
+        # FP8 parameters need ZeRO 1 or more; bf16 weights with their cached copy are modelled at 0 and 1
+        allowed = [z for z in sp["zero"] if (z >= 1) == (sp["fp8_weights"][0] == "fp8") or z == 1]
+        sp["zero"] = allowed or sp["zero"]
     if model.moe is None:
         sp["ep"], sp["etp"] = [1], [0]
     sp["recompute"] = sorted(dict.fromkeys(sp["recompute"]), key=recompute_order)   # least first

@@ -43,7 +43,7 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
                for mode in {par.rank_recompute(r) for r in range(p)}}
     per_layer = [by_mode[par.rank_recompute(r)] for r in range(p)]
     own = [costs.f[r] + costs.b[r] + costs.w[r] - per_layer[r][list(costs.layers[r])].sum() for r in range(p)]
-    fn = stage_memory_fn(model, even)
+    fn = stage_memory_fn(model, cluster, even)
     sample = {moe: kind.index(moe) for moe in model.layer_kinds}
     best = np.full(L + 1, math.inf)
     best[0] = 0.0

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
-from .frameworks import MAX_ZERO_WITH_PP
-from .hardware import DEFAULT_NETWORK, ClusterSpec
+from .frameworks import MAX_ZERO_WITH_PP, fp8_recipe
+from .hardware import BLACKWELL, DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
 from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
                         recomputed_norms, valid as recompute_valid)
@@ -24,6 +24,8 @@ ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernel
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 MASTER_DTYPES = ("", "fp32", "remainder", "16bit", "none")  # "": the framework's (frameworks.master_dtype)
+FP8_RECIPES = ("", "delayed", "tensorwise", "mxfp8", "blockwise")  # Megatron's --fp8-recipe; "": delayed
+FP8_WEIGHTS = ("", "fp8", "bf16")                  # "": the framework's (frameworks.fp8_weights)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -80,6 +82,12 @@ class ParallelConfig:
                                  # with a bf16 state over FP8 weights) | none
                                  # (the bf16 weights are the master: Apex's with dtype bf16); megatron only;
                                  # "": the framework's (frameworks.master_dtype)
+    fp8_recipe: str = ""         # Transformer Engine's FP8 scaling under Megatron (--fp8-recipe): delayed |
+                                 # tensorwise (current per-tensor scaling) | mxfp8 (Blackwell's 1x32 blocks) |
+                                 # blockwise (DeepSeek-V3's 1x128 and 128x128 blocks); "": delayed
+    fp8_weights: str = ""        # what Megatron keeps its FP8 layers' weights as: fp8 (FP8 parameters, gathered
+                                 # in FP8: --fp8-param-gather) | bf16 (bf16 parameters, whose FP8 copy Transformer
+                                 # Engine caches through the step); "": the framework's (frameworks.fp8_weights)
     offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
                                  # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
@@ -98,7 +106,8 @@ class ParallelConfig:
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,
                                   "elementwise": ELEMENTWISE_KERNELS,
-                                  "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES})
+                                  "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES,
+                                  "fp8_recipe": FP8_RECIPES, "fp8_weights": FP8_WEIGHTS})
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
@@ -306,12 +315,38 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
         p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
                  f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
                  "master_dtype fp32")
+    _check_fp8(p, par, cluster)
+    if par.master_dtype == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
+        w.append(f"master_dtype remainder: Megatron keeps 16-bit remainders under FP8 delayed scaling only; with "
+                 f"fp8_recipe {par.fp8_recipe} it keeps fp32 masters: use master_dtype fp32 or fp8_recipe delayed")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
                  f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")
     if p:
         raise ConfigError(p)
     return w
+
+
+def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
+    """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them;
+    they describe FP8 training and mean nothing under precision bf16."""
+    asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
+    if not asked or par.precision != "fp8":
+        return
+    if par.framework != "megatron":
+        p.append(f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} Transformer Engine's FP8 under "
+                 f"Megatron; {par.framework} has its own (torchao's float8 for fsdp2): use framework megatron, "
+                 f"or leave {'them' if len(asked) > 1 else 'it'} empty")
+        return
+    if par.fp8_recipe == "mxfp8" and cluster.gpu.name not in BLACKWELL:
+        p.append(f"fp8_recipe mxfp8 needs Blackwell's MXFP8 tensor cores ({', '.join(BLACKWELL)}); "
+                 f"{cluster.gpu.name} runs delayed, tensorwise or blockwise")
+    if par.fp8_weights == "fp8" and par.zero == 0:
+        p.append("fp8_weights fp8 (--fp8-param-gather) needs Megatron's distributed optimizer or Megatron-FSDP: "
+                 "use zero 1 or more, or fp8_weights bf16")
+    if par.fp8_weights == "bf16" and par.zero >= 2:
+        p.append("fp8_weights bf16 is modelled over Megatron's distributed optimizer (zero 0 or 1), where "
+                 "Transformer Engine caches each layer's FP8 weight; with Megatron-FSDP use fp8_weights fp8")
 
 
 def megatron_split(layers: int, stages: int) -> tuple:

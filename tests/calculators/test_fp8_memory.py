@@ -101,3 +101,120 @@ def test_the_fp8_copy_is_megatrons_only():
         assert gemm_input_bytes(replace(par, precision="fp8")) == 2
         assert estimate_memory(LLAMA, cluster, replace(par, precision="fp8")).total_gib == pytest.approx(
             estimate_memory(LLAMA, cluster, par).total_gib), framework
+
+
+def _linear_params(model, tp):
+    """One layer's weight matrices on one GPU of a tensor-parallel group, counted from the shape:
+    q, k, v, o and the SwiGLU's gate, up and down (Llama's TE linears)."""
+    h, q, kv = model.hidden, model.q_dim, model.kv_heads * model.head_dim
+    return (h * (q + 2 * kv) + q * h + 3 * h * model.ffn) / tp
+
+
+def _weights_gib(gpu, par, model=LLAMA):
+    cluster = ClusterSpec(GPU_PRESETS[gpu], nodes=1, gpus_per_node=8)
+    return estimate_memory(model, cluster, par).worst.weights_gib
+
+
+def test_bf16_weights_under_fp8_add_transformer_engines_cached_fp8_copy():
+    """Megatron without --fp8-param-gather keeps bf16 weights, and each Transformer Engine linear
+    caches the FP8 weight its first micro-batch casts (data and, on Hopper, its transpose: 2 bytes
+    a parameter; 1 on Blackwell) until the step ends; the router, norms and embeddings have none."""
+    par = replace(MEGATRON, dp=2, tp=4, sp=True, zero=0)
+    linears = LLAMA.layers * _linear_params(LLAMA, 4) / 2 ** 30
+    for gpu, copy in (("H100-80GB", 2), ("B200", 1)):
+        bf16 = _weights_gib(gpu, par)
+        assert _weights_gib(gpu, replace(par, precision="fp8")) == pytest.approx(bf16 + copy * linears)
+    moe = replace(MEGATRON, ep=8, zero=1, precision="fp8")
+    cluster = ClusterSpec(GPU_PRESETS["H100-80GB"], nodes=1, gpus_per_node=8)
+    routed = estimate_memory(QWEN, cluster, replace(moe, fp8_weights="bf16")).worst.weights_gib - \
+        estimate_memory(QWEN, cluster, moe).worst.weights_gib
+    e = QWEN.moe
+    per_layer = _linear_params(replace(QWEN, ffn=0), 1) + 3 * QWEN.hidden * e.expert_ffn * e.experts / 8
+    assert routed == pytest.approx(2 * QWEN.layers * per_layer / 2 ** 30)
+
+
+def test_fp8_parameters_take_the_quantized_bytes():
+    """--fp8-param-gather (fp8_weights fp8, the default from ZeRO 1 on): the weights are Transformer
+    Engine's quantized tensors: 2 bytes on Hopper (data and transpose) as bf16's, 1 on Blackwell
+    under per-tensor scaling, 2 + 2/32 under MXFP8 (row- and column-wise data and their scales)."""
+    par = replace(MEGATRON, dp=2, tp=4, sp=True, zero=1)
+    linears = LLAMA.layers * _linear_params(LLAMA, 4) / 2 ** 30
+    fp8 = replace(par, precision="fp8")
+    assert _weights_gib("H100-80GB", fp8) == pytest.approx(_weights_gib("H100-80GB", par))
+    assert _weights_gib("B200", fp8) == pytest.approx(_weights_gib("B200", par) - linears)
+    assert _weights_gib("B200", replace(fp8, fp8_recipe="tensorwise")) == pytest.approx(_weights_gib("B200", fp8))
+    assert _weights_gib("B200", replace(fp8, fp8_recipe="mxfp8")) == pytest.approx(
+        _weights_gib("B200", par) + linears / 16)
+    # Megatron-FSDP shards them as it shards the weights
+    z3 = replace(fp8, zero=3)
+    assert _weights_gib("B200", z3) == pytest.approx(_weights_gib("B200", replace(par, zero=3)) - linears / 2)
+
+
+def test_fp8_weight_settings_megatron_refuses():
+    from calculators.specs.errors import ConfigError
+    from calculators.specs.parallel import check_layout
+    h100 = ClusterSpec(GPU_PRESETS["H100-80GB"], nodes=1, gpus_per_node=8)
+    fp8 = replace(MEGATRON, precision="fp8")
+    for par, words in ((replace(fp8, zero=0, fp8_weights="fp8"), "distributed optimizer"),
+                       (replace(fp8, zero=1, fp8_recipe="mxfp8"), "Blackwell"),
+                       (replace(fp8, zero=3, fp8_weights="bf16"), "Megatron-FSDP"),
+                       (replace(fp8, framework="fsdp2", zero=3, fp8_weights="fp8"), "torchao")):
+        with pytest.raises(ConfigError, match=words):
+            check_layout(LLAMA, h100, par)
+    # under bf16 training they mean nothing and change nothing
+    assert _weights_gib("H100-80GB", replace(MEGATRON, fp8_weights="bf16", fp8_recipe="mxfp8")) == \
+        _weights_gib("H100-80GB", MEGATRON)
+
+
+def test_the_megatron_export_writes_the_fp8_weights_it_counted():
+    """The command the export writes runs what the estimate counted: FP8 parameters
+    (--fp8-param-gather) from ZeRO 1 on, bf16 weights with TE's cached copy at ZeRO 0, and the
+    recipe (MXFP8 in E4M3 throughout, as Megatron-Bridge's bf16_with_mxfp8_mixed runs it)."""
+    from calculators.planning.export import export
+    b200 = ClusterSpec(GPU_PRESETS["B200"], nodes=1, gpus_per_node=8)
+    fp8 = replace(MEGATRON, precision="fp8", zero=1)
+    text = export("megatron", LLAMA, b200, fp8)[0]
+    assert "--fp8-format hybrid" in text and "--fp8-recipe delayed" in text and "--fp8-param-gather" in text
+    assert "--fp8-param-gather" not in export("megatron", LLAMA, b200, replace(fp8, fp8_weights="bf16"))[0]
+    assert "--fp8-param-gather" not in export("megatron", LLAMA, b200, replace(fp8, zero=0))[0]
+    mx = export("megatron", LLAMA, b200, replace(fp8, fp8_recipe="mxfp8"))[0]
+    assert "--fp8-format e4m3" in mx and "--fp8-recipe mxfp8" in mx
+
+
+def test_megatron_fsdp_keeps_per_tensor_fp8_parameters_without_their_transpose():
+    """Megatron-FSDP makes an FP8 weight's transpose when it gathers the layer for backward and
+    frees it with the layer: 1 byte a parameter on Hopper too; MXFP8 keeps both layouts."""
+    par = replace(MEGATRON, dp=2, tp=4, sp=True, zero=2)
+    linears = LLAMA.layers * _linear_params(LLAMA, 4) / 2 ** 30
+    fp8 = replace(par, precision="fp8")
+    assert _weights_gib("H100-80GB", fp8) == pytest.approx(_weights_gib("H100-80GB", par) - linears)
+    assert _weights_gib("B200", replace(fp8, fp8_recipe="mxfp8")) == pytest.approx(
+        _weights_gib("B200", par) + linears / 16)
+    assert _weights_gib("H100-80GB", replace(fp8, fp8_recipe="blockwise")) == pytest.approx(
+        _weights_gib("H100-80GB", par) + linears * 8 / 128 ** 2)
+
+
+def test_the_planner_plans_the_fp8_weights_asked():
+    """bf16 weights with their cached copy are planned at ZeRO 0 or 1 (not refused at the
+    structure's ZeRO 3), FP8 parameters from ZeRO 1 on; one value each; labels name them."""
+    from calculators.planning.explain import label
+    from calculators.planning.planner import plan
+    from calculators.specs.errors import ConfigError
+    h100 = ClusterSpec(GPU_PRESETS["H100-80GB"], nodes=1, gpus_per_node=8)
+    cached = plan(LLAMA, h100, 4096, 64, {"precision": "fp8", "fp8_weights": "bf16"}).plans
+    assert cached and all(p.par.zero <= 1 for p in cached) and max(p.par.dp for p in cached) > 1
+    assert "fp8_weights=bf16" in label(cached[0].par)
+    params = plan(LLAMA, h100, 4096, 64, {"precision": "fp8", "fp8_weights": "fp8"}).plans
+    assert params and all(p.par.zero >= 1 for p in params)
+    assert params[0].step.tokens_per_s_per_gpu >= cached[0].step.tokens_per_s_per_gpu * 0.99
+    with pytest.raises(ConfigError, match="fp8_recipe takes one value"):
+        plan(LLAMA, h100, 4096, 64, {"precision": "fp8", "fp8_recipe": ["tensorwise", "delayed"]})
+    assert "fp8=" not in label(replace(MEGATRON, fp8_recipe="mxfp8"))       # a bf16 plan names no FP8 recipe
+
+
+def test_mxfp8_parameters_gather_through_the_gradient_buffer():
+    from calculators.planning.export import export
+    b200 = ClusterSpec(GPU_PRESETS["B200"], nodes=1, gpus_per_node=8)
+    mx = replace(MEGATRON, precision="fp8", zero=1, fp8_recipe="mxfp8")
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" in export("megatron", LLAMA, b200, mx)[0]
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in export("megatron", LLAMA, b200, replace(mx, zero=3))[0]

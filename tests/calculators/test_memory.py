@@ -170,6 +170,8 @@ def test_master_weights_as_remainders_or_none():
     par = ParallelConfig(dp=8, zero=1, gbs=8, seq=4096)
     assert master_dtype(par) == "fp32" and master_dtype(replace(par, moment_dtype="bf16")) == "remainder"
     assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8")) == "remainder"   # delayed scaling
+    for recipe in ("tensorwise", "blockwise"):      # Megatron keeps fp32 masters under the other recipes
+        assert master_dtype(replace(par, moment_dtype="bf16", precision="fp8", fp8_recipe=recipe)) == "fp32"
     assert master_dtype(replace(par, moment_dtype="bf16", zero=3)) == "fp32"                   # Megatron-FSDP
     masters = {d: estimate_memory(m, c, replace(par, master_dtype=d)).worst.master_gib
                for d in ("fp32", "remainder", "16bit", "none")}

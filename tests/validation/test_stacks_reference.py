@@ -119,9 +119,11 @@ def test_nemo_launcher_runs_keep_apexs_optimizer_state(scored):
     runs = [s.run for s in scored[0]]
     apex = {(r.source, r.model.name): r.par for r in runs if r.par.master_dtype in ("remainder", "16bit", "none")}
     assert {p.master_dtype for p in apex.values()} == {"remainder", "16bit", "none"}
-    # Megatron-MoE-ModelZoo's MXFP8 runs keep fp32 masters despite their precision-aware optimizer
+    # Megatron-MoE-ModelZoo's MXFP8 runs keep fp32 masters despite their precision-aware optimizer:
+    # Megatron keeps remainders under delayed scaling only (frameworks.master_dtype reads fp8_recipe)
+    from calculators.specs.frameworks import master_dtype
     zoo = [r.par for r in runs if r.source.startswith("megatron-moe-modelzoo-") and r.par.precision == "fp8"]
-    assert zoo and {p.master_dtype for p in zoo} == {"fp32"}
+    assert zoo and {(p.fp8_recipe, p.moment_dtype, master_dtype(p)) for p in zoo} == {("mxfp8", "bf16", "fp32")}
     launcher = ("dgxc-benchmarking-v24.11", "dgxc-benchmarking-v25.02", "nemo-24.07", "megatron-bridge-")
     assert all(src.startswith(launcher) for src, _ in apex)
     sft = [p for (src, name), p in apex.items() if src == "nemo-24.07" and name.startswith("llama2")]
