@@ -205,10 +205,14 @@ def _kind_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tup
     return dense, expert
 
 
+def fp8_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
+    layers Megatron runs in FP8: every weight matrix but the router's (no biases)."""
+    return _fp8_params(model, moe, par.tp, par.ep, par.etp)
+
+
 @lru_cache(maxsize=1024)
 def _fp8_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
-    layers Megatron runs in FP8: every weight matrix but the router's."""
     dense = expert = 0.0
     for m in model.layer_matmuls(moe):
         w = m.stored * m.fan_in * m.fan_out
@@ -235,8 +239,8 @@ class _Context:
         # weights are; per (moe?) layer kind, the bytes one GPU holds
         extra = fp8_weight_extra(par, blackwell)
         shards = (dense_shard, expert_shard) if par.zero == 3 else (1, 1)
-        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(_fp8_params(model, moe, par.tp, par.ep, par.etp),
-                                                                 shards)) if extra else 0.0
+        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(fp8_params(model, par, moe), shards))
+                          if extra else 0.0
                           for moe in model.layer_kinds}
         T = act.tokens(par)
         params = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}   # (dense, expert)
