@@ -186,7 +186,7 @@ def cmd_memory(args) -> int:
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
             "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-            "offload_layers")})
+            "offload_layers", "offload_modules")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -194,7 +194,8 @@ def cmd_memory(args) -> int:
     print(model.describe())
     print(f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}; dp={par.dp} tp={par.tp} pp={par.pp} "
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
-          f"recompute={par.recompute} schedule={par.schedule}; {par.framework} memory layout, "
+          f"recompute={par.recompute}{' offload=' + par.offload_modules if par.offload_modules else ''} "
+          f"schedule={par.schedule}; {par.framework} memory layout, "
           f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
           f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
@@ -243,6 +244,9 @@ def main(argv=None) -> int:
                                                           "GPUs / (tp*pp*cp))")
     for k in ("tp", "pp", "cp", "ep", "vpp", "zero", "mbs"):
         m.add_argument(f"--{k}", type=int, default=0 if k == "zero" else 1)
+    m.add_argument("--offload-modules", default="",
+                   help="modules whose saved activations wait in host memory, joined by '+' (Megatron's "
+                        "--fine-grained-activation-offloading --offload-modules), e.g. expert_fc1+moe_act")
     m.add_argument("--offload-layers", type=int, default=0,
                    help="layers whose activations wait in host memory (Megatron's --cpu-offloading-num-layers)")
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")

@@ -140,6 +140,12 @@ def offload(settings: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def offload_list(settings: str) -> str:
+    """The modules a row's Megatron offloads the saved activations of (offload_modules=a+b), else ""."""
+    found = re.search(r"offload_modules\s*=\s*([a-z0-9_+]+)", settings)
+    return found.group(1) if found else ""
+
+
 def knobs(row: dict) -> dict:
     """The ParallelConfig settings a row's recipe fixes beyond its columns."""
     settings = row["other_settings"]
@@ -147,4 +153,5 @@ def knobs(row: dict) -> dict:
     return {"dispatcher": dispatcher(settings), "ep_overlap": ep_overlap(settings), "loss": loss(settings),
             "attention": attention(settings), "experts": experts(settings),
             "elementwise": "fused" if te_modules(settings) else "", "grad_dtype": grads, "moment_dtype": moments,
-            "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings)}
+            "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings),
+            "offload_modules": offload_list(settings)}

@@ -321,7 +321,8 @@ def _kept(model: ModelSpec, par: ParallelConfig, moe_layer: bool, kind: str) -> 
 
 def saved_per_layer(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
     """Bytes one layer keeps per in-flight micro-batch under the layout's recompute policy (with
-    layer:N, the mean over N layers: one recomputed in full, N - 1 keeping everything)."""
+    layer:N, the mean over N layers: one recomputed in full, N - 1 keeping everything); what of it
+    stays on the GPU under fine-grained offloading: offload.kept_on_gpu."""
     kind, every = policy(par.framework, par.recompute)
     if every == 1:
         return _kept(model, par, moe_layer, kind)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
+from .offload import kept_on_gpu, offload_bytes
 from ..specs.frameworks import bytes_per_param, fp8_weight_extra, grad_dtype, master_dtype, retained_buffers
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
@@ -205,14 +206,10 @@ def _kind_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tup
     return dense, expert
 
 
-def fp8_params(model: ModelSpec, par: ParallelConfig, moe: bool) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
-    layers Megatron runs in FP8: every weight matrix but the router's (no biases)."""
-    return _fp8_params(model, moe, par.tp, par.ep, par.etp)
-
-
 @lru_cache(maxsize=1024)
 def _fp8_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
+    layers Megatron runs in FP8: every weight matrix but the router's (no biases)."""
     dense = expert = 0.0
     for m in model.layer_matmuls(moe):
         w = m.stored * m.fan_in * m.fan_out
@@ -235,13 +232,11 @@ class _Context:
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
-        # FP8 layers' weights beyond bf16's 2 bytes (frameworks.fp8_weight_extra), sharded as the
-        # weights are; per (moe?) layer kind, the bytes one GPU holds
+        # per layer kind, the FP8 layers' weight bytes beyond bf16's 2 (fp8_weight_extra), sharded as weights
         extra = fp8_weight_extra(par, blackwell)
         shards = (dense_shard, expert_shard) if par.zero == 3 else (1, 1)
-        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(fp8_params(model, par, moe), shards))
-                          if extra else 0.0
-                          for moe in model.layer_kinds}
+        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(_fp8_params(model, moe, par.tp, par.ep, par.etp),
+                                                                 shards)) for moe in model.layer_kinds}
         T = act.tokens(par)
         params = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}   # (dense, expert)
         self.kinds = {}                  # (moe?, recompute mode) -> (dense, expert, saved, working)
@@ -249,9 +244,10 @@ class _Context:
             for moe, (dense, expert) in params.items():
                 a = act.layer_activations(model, mp, moe)
                 # One layer's gradients in backward (as large as its saved set); with recompute also
-                # what the layer being recomputed re-materialises beyond what it kept.
-                working = a.total + act.recomputed_extra(model, mp, moe)
-                self.kinds[(moe, mode)] = (dense, expert, act.saved_per_layer(model, mp, moe), working)
+                # what the layer being recomputed re-materialises beyond what it kept; offloaded,
+                # what that layer brought back from host memory.
+                working = a.total + act.recomputed_extra(model, mp, moe) + offload_bytes(model, mp, moe)[1]
+                self.kinds[(moe, mode)] = (dense, expert, kept_on_gpu(model, mp, moe), working)
         self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
                                                   2 * max((sum(params[k]) for k in present), default=0.0))
                         for present in ((), (False,), (True,), (False, True)) if set(present) <= set(params)}
@@ -393,8 +389,7 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig)
 
 
 def stage_memory_fn(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig):
-    """`fn(rank, layer_indices) -> StageMemory` for any layers on any rank of this layout (the
-    planner's layer-to-stage split asks what a rank would hold with other layers)."""
+    """`fn(rank, layer_indices) -> StageMemory` for any layers on any rank (the planner's split)."""
     return _Context(model, par, cluster.gpu.name in BLACKWELL).stage
 
 

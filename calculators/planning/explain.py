@@ -50,6 +50,7 @@ def label(p: ParallelConfig) -> str:
     parts += [f"fp8={p.fp8_recipe}"] if p.fp8_recipe and fp8_weights(p) else []
     parts += [f"fp8_weights={p.fp8_weights}"] if p.fp8_weights and fp8_weights(p) else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
+    parts += [f"offload={p.offload_modules}"] if p.offload_modules else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
     if p.split:

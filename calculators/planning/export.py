@@ -19,7 +19,8 @@ from ..specs.errors import ConfigError
 from ..specs.frameworks import fp8_recipe, fp8_weights, grad_dtype, master_dtype
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
-from ..specs.recompute import STANDARD as RECOMPUTE_LEVELS, modules, policy, sac_recomputes_attention
+from ..specs.recompute import (STANDARD as RECOMPUTE_LEVELS, modules, offload_modules, policy,
+                               sac_recomputes_attention)
 
 FORMATS = ("harness", "megatron", "torchtitan", "deepspeed")
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
@@ -127,6 +128,9 @@ def _megatron(model, cluster, par, _ref):
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
     if par.offload_layers:
         a.append(f"--cpu-offloading-num-layers {par.offload_layers}")
+    if offload_modules(par.offload_modules):
+        a += ["--fine-grained-activation-offloading",
+              "--offload-modules " + " ".join(offload_modules(par.offload_modules))]
     master = master_dtype(par)
     if par.moment_dtype == "bf16" or master in ("remainder", "16bit"):
         a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam (remainders by default)

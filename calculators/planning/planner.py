@@ -163,6 +163,7 @@ class _Search:
                                       master_dtype=_prefer(sp["master_dtype"], ("none", "remainder", "16bit"),
                                                            self.framework == "megatron"),
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
+                                      offload_modules=sp["offload_modules"][0],
                                       gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],

@@ -14,12 +14,13 @@ from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
 from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
                               MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES)
-from ..specs.recompute import MODULES_TEXT, levels as recompute_levels, modules, order as recompute_order
+from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
+                               order as recompute_order)
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-         "offload_layers")
+         "offload_layers", "offload_modules")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -75,6 +76,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # FP8 under Megatron: the recipe and the weights' kind the user names (first), else the framework's
         "fp8_recipe": [""],
         "fp8_weights": [""],
+        "offload_modules": [""],       # Megatron's fine-grained offloading: the modules the user names
         # Megatron's activation offloading (layers kept in host memory): only the counts allowed,
         # tried where no recompute is needed otherwise (planner._least_recompute)
         "offload_layers": [0],
@@ -111,7 +113,13 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             raise ConfigError(f"plan constraints: {framework} does not run {knob} {outside}; it runs "
                               f"{knob} {list(runs)}: allow those, or plan for another framework")
         sp[knob] = [v for v in sp[knob] if v in runs]
-    for knob in ("fp8_recipe", "fp8_weights"):
+    for v in sp["offload_modules"]:
+        if v != "" and not offload_modules(v):
+            problems.append(f"plan constraints: offload_modules must be Megatron's offload modules joined by '+' "
+                            f"(got {show(v)})")
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    for knob in ("fp8_recipe", "fp8_weights", "offload_modules"):
         if len(set(sp[knob])) > 1:
             raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
     if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:

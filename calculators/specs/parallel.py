@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
-from .frameworks import MAX_ZERO_WITH_PP, fp8_recipe
-from .hardware import BLACKWELL, DEFAULT_NETWORK, ClusterSpec
+from .frameworks import MAX_ZERO_WITH_PP
+from .knob_checks import check_megatron_knobs
+from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
-from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, STANDARD as RECOMPUTE, modules, order as recompute_order,
-                        recomputed_norms, valid as recompute_valid)
+from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, OFFLOAD_MODULES, STANDARD as RECOMPUTE, modules,
+                        offload_modules, order as recompute_order, recomputed_norms,
+                        valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled", "bf16")   # "": the framework's (kernels.loss_kernel)
@@ -90,6 +92,9 @@ class ParallelConfig:
                                  # Engine caches through the step); "": the framework's (frameworks.fp8_weights)
     offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
                                  # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
+    offload_modules: str = ""    # modules whose saved activations wait in host memory, joined by '+' (Megatron's
+                                 # fine-grained activation offloading, --offload-modules): attn_norm, qkv_linear,
+                                 # core_attn, attn_proj, mlp_norm, expert_fc1, moe_act
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -113,6 +118,10 @@ class ParallelConfig:
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
                         f"joined by '+' (e.g. {MODULES_TEXT}; modules: {', '.join(MODULES)}) "
                         f"(got {show(self.recompute)})")
+        require(p, self.offload_modules == "" or offload_modules(self.offload_modules),
+                lambda: f"parallel.offload_modules must be Megatron's offload modules joined by '+', each once "
+                        f"(e.g. expert_fc1+moe_act; modules: {', '.join(OFFLOAD_MODULES)}), or empty "
+                        f"(got {show(self.offload_modules)})")
         if self.split != ():             # an empty dict or string is not "no split": it is refused
             # the first and last stage may hold no layer: only the embedding, only the loss (Megatron)
             whole_list(p, "parallel.split (layers of each pipeline stage)", self.split, 0, limits.MAX_LAYERS)
@@ -291,62 +300,13 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if par.framework == "nanotron" and par.grad_dtype:
         p.append("nanotron's gradient layout (bf16 gradients summed in fp32) is fitted to its runs; leave "
                  "grad_dtype empty")
-    if par.offload_layers:
-        # Megatron's TransformerConfig refuses the rest (transformer_config.py)
-        require(p, par.framework == "megatron", lambda: f"offload_layers is Megatron's activation offloading "
-                f"(--cpu-offloading-num-layers, Transformer Engine's CPU offload); {par.framework} has none: set 0")
-        require(p, pp == 1, "Megatron has no activation offloading with pipeline parallelism: set pp=1 or "
-                "offload_layers=0")
-        require(p, par.recompute == "none", "Megatron's activation offloading does not run with recompute: set "
-                "recompute none or offload_layers=0")
-        require(p, par.offload_layers < model.layers,
-                lambda: f"offload_layers={par.offload_layers} must be below the model's {model.layers} layers")
-    if par.moment_dtype == "bf16" and par.framework != "megatron":
-        p.append(f"{par.framework} keeps Adam's moments in fp32; moment_dtype bf16 is Megatron's precision-aware "
-                 "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")
-    if par.framework == "megatron" and par.zero == 0 and (par.moment_dtype == "bf16"
-                                                          or par.master_dtype not in ("", "fp32")):
-        asked = " and ".join(([f"moment_dtype {par.moment_dtype}"] if par.moment_dtype == "bf16" else [])
-                             + ([f"master_dtype {par.master_dtype}"] if par.master_dtype not in ("", "fp32") else []))
-        p.append(f"{asked} {'need' if ' and ' in asked else 'needs'} Megatron's precision-aware optimizer, "
-                 "which runs only with its distributed "
-                 "optimizer: use zero 1, or moment_dtype fp32 and master_dtype fp32")
-    if par.master_dtype not in ("", "fp32") and par.framework != "megatron":
-        p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
-                 f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
-                 "master_dtype fp32")
-    _check_fp8(p, par, cluster)
-    if par.master_dtype == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
-        w.append(f"master_dtype remainder: Megatron keeps 16-bit remainders under FP8 delayed scaling only; with "
-                 f"fp8_recipe {par.fp8_recipe} it keeps fp32 masters: use master_dtype fp32 or fp8_recipe delayed")
+    check_megatron_knobs(p, w, model, cluster, par)
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
                  f"zero<={MAX_ZERO_WITH_PP[par.framework]} or pp=1")
     if p:
         raise ConfigError(p)
     return w
-
-
-def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
-    """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them;
-    they describe FP8 training and mean nothing under precision bf16."""
-    asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
-    if not asked or par.precision != "fp8":
-        return
-    if par.framework != "megatron":
-        p.append(f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} Transformer Engine's FP8 under "
-                 f"Megatron; {par.framework} has its own (torchao's float8 for fsdp2): use framework megatron, "
-                 f"or leave {'them' if len(asked) > 1 else 'it'} empty")
-        return
-    if par.fp8_recipe == "mxfp8" and cluster.gpu.name not in BLACKWELL:
-        p.append(f"fp8_recipe mxfp8 needs Blackwell's MXFP8 tensor cores ({', '.join(BLACKWELL)}); "
-                 f"{cluster.gpu.name} runs delayed, tensorwise or blockwise")
-    if par.fp8_weights == "fp8" and par.zero == 0:
-        p.append("fp8_weights fp8 (--fp8-param-gather) needs Megatron's distributed optimizer or Megatron-FSDP: "
-                 "use zero 1 or more, or fp8_weights bf16")
-    if par.fp8_weights == "bf16" and par.zero >= 2:
-        p.append("fp8_weights bf16 is modelled over Megatron's distributed optimizer (zero 0 or 1), where "
-                 "Transformer Engine caches each layer's FP8 weight; with Megatron-FSDP use fp8_weights fp8")
 
 
 def megatron_split(layers: int, stages: int) -> tuple:

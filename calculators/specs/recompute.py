@@ -75,6 +75,23 @@ def modules(recompute: str) -> tuple[str, ...]:
     return tuple(m for m in MODULES if m in names)
 
 
+# Megatron's fine-grained activation offloading (--offload-modules): each module's saved tensors go to
+# host memory (megatron/core/pipeline_parallel/fine_grained_activation_offload.py, saved-tensor hooks
+# around the module); "fused_group_mlp" (Transformer Engine's op fuser) is not modelled
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def offload_modules(text) -> tuple[str, ...]:
+    """The modules a "+"-joined offload list names, in OFFLOAD_MODULES order; () for "" or a list
+    that is not one (valid_offload says which)."""
+    if not isinstance(text, str) or not text or len(text) > 200:
+        return ()
+    names = text.split("+")
+    if len(set(names)) != len(names) or not set(names) <= set(OFFLOAD_MODULES):
+        return ()
+    return tuple(m for m in OFFLOAD_MODULES if m in names)
+
+
 def recomputed_modules(recompute: str) -> set[str]:
     """The modules of a list that each rerun a part of their own: moe already covers moe_act and
     shared_experts, which run inside it."""

@@ -202,7 +202,7 @@ PATHS = [("model", "preset"), ("hardware", "gpu"), ("hardware", "nodes"), ("hard
              "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "schedule",
              "precision", "framework", "split", "recompute_ranks", "flash", "tp_overlap", "dispatcher", "experts",
              "grad_dtype", "moment_dtype", "offload_layers", "attention", "loss", "elementwise", "master_dtype",
-             "fp8_recipe", "fp8_weights")]
+             "fp8_recipe", "fp8_weights", "offload_modules")]
 FAST = settings(max_examples=150, deadline=int(SECOND * 1000), suppress_health_check=[HealthCheck.too_slow])
 
 

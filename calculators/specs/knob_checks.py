@@ -1,0 +1,103 @@
+"""What check_layout asks of the knobs that are one framework's, mostly Megatron's: its activation
+offloading (offload_layers, offload_modules), its precision-aware optimizer (moment_dtype,
+master_dtype) and Transformer Engine's FP8 (fp8_recipe, fp8_weights), as Megatron accepts them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import require
+from .frameworks import fp8_recipe
+from .hardware import BLACKWELL
+from .recompute import modules, offload_modules, policy as recompute_policy
+
+if TYPE_CHECKING:
+    from .hardware import ClusterSpec
+    from .models import ModelSpec
+    from .parallel import ParallelConfig
+
+
+def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> None:
+    """Adds to problems `p` and warnings `w`."""
+    if par.offload_layers:
+        # Megatron's TransformerConfig refuses the rest (transformer_config.py)
+        require(p, par.framework == "megatron", lambda: f"offload_layers is Megatron's activation offloading "
+                f"(--cpu-offloading-num-layers, Transformer Engine's CPU offload); {par.framework} has none: set 0")
+        require(p, par.pp == 1, "Megatron has no activation offloading with pipeline parallelism: set pp=1 or "
+                "offload_layers=0")
+        require(p, par.recompute == "none", "Megatron's activation offloading does not run with recompute: set "
+                "recompute none or offload_layers=0")
+        require(p, par.offload_layers < model.layers,
+                lambda: f"offload_layers={par.offload_layers} must be below the model's {model.layers} layers")
+    if par.moment_dtype == "bf16" and par.framework != "megatron":
+        p.append(f"{par.framework} keeps Adam's moments in fp32; moment_dtype bf16 is Megatron's precision-aware "
+                 "optimizer (--exp-avg-dtype bf16): use framework megatron, or moment_dtype fp32")
+    if par.framework == "megatron" and par.zero == 0 and (par.moment_dtype == "bf16"
+                                                          or par.master_dtype not in ("", "fp32")):
+        asked = " and ".join(([f"moment_dtype {par.moment_dtype}"] if par.moment_dtype == "bf16" else [])
+                             + ([f"master_dtype {par.master_dtype}"] if par.master_dtype not in ("", "fp32") else []))
+        p.append(f"{asked} {'need' if ' and ' in asked else 'needs'} Megatron's precision-aware optimizer, "
+                 "which runs only with its distributed "
+                 "optimizer: use zero 1, or moment_dtype fp32 and master_dtype fp32")
+    if par.master_dtype not in ("", "fp32") and par.framework != "megatron":
+        p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
+                 f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
+                 "master_dtype fp32")
+    _check_fp8(p, par, cluster)
+    _check_offload(p, w, model, par)
+    if par.master_dtype == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
+        w.append(f"master_dtype remainder: Megatron keeps 16-bit remainders under FP8 delayed scaling only; with "
+                 f"fp8_recipe {par.fp8_recipe} it keeps fp32 masters: use master_dtype fp32 or fp8_recipe delayed")
+
+
+def _check_offload(p: list, w: list, model: ModelSpec, par: ParallelConfig) -> None:
+    """offload_modules as Megatron's TransformerConfig accepts it."""
+    mods = offload_modules(par.offload_modules)
+    if not mods:
+        return
+    if par.framework != "megatron":
+        p.append(f"offload_modules is Megatron's fine-grained activation offloading; {par.framework} has none: "
+                 "leave it empty")
+        return
+    if par.offload_layers:
+        p.append("Megatron runs fine-grained activation offloading (offload_modules) or layer offloading "
+                 "(offload_layers), not both: set offload_layers 0 or offload_modules empty")
+    if "attn_proj" in mods and "core_attn" not in mods:
+        p.append("offload_modules: attn_proj's input is core_attn's output, which core_attn's backward keeps: "
+                 "offload core_attn with it (core_attn+attn_proj)")
+    inside = [m for m in ("expert_fc1", "moe_act") if m in mods]
+    if inside and "moe" in modules(par.recompute):
+        p.append(f"offload_modules {'+'.join(inside)} run inside the MoE block that recompute 'moe' reruns whole: "
+                 "drop them, or moe from recompute")
+    kind, every = recompute_policy(par.framework, par.recompute)
+    if kind == "op_sac" or (kind == "full" and every == 1):
+        w.append(f"offload_modules frees nothing under recompute {par.recompute}: the layer keeps only its input")
+    elif "core_attn" in mods and (kind == "core_attn" or "core_attn" in modules(par.recompute)):
+        w.append("offload_modules core_attn moves nothing where the attention core is recomputed (recompute "
+                 f"{par.recompute}): its checkpoint runs outside the offloading; attn_proj still moves its output")
+    idle = [m for m in mods if (m in ("expert_fc1", "moe_act", "mlp_norm") and model.moe is None)
+            or (m == "attn_norm" and model.mla is None)]
+    if idle:
+        w.append(f"offload modules {', '.join(idle)} offload nothing in this model (Megatron fuses its norms into "
+                 "the linears after them, and it has no experts for expert_fc1 and moe_act); drop them")
+
+
+def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
+    """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them;
+    they describe FP8 training and mean nothing under precision bf16."""
+    asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
+    if not asked or par.precision != "fp8":
+        return
+    if par.framework != "megatron":
+        p.append(f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} Transformer Engine's FP8 under "
+                 f"Megatron; {par.framework} has its own (torchao's float8 for fsdp2): use framework megatron, "
+                 f"or leave {'them' if len(asked) > 1 else 'it'} empty")
+        return
+    if par.fp8_recipe == "mxfp8" and cluster.gpu.name not in BLACKWELL:
+        p.append(f"fp8_recipe mxfp8 needs Blackwell's MXFP8 tensor cores ({', '.join(BLACKWELL)}); "
+                 f"{cluster.gpu.name} runs delayed, tensorwise or blockwise")
+    if par.fp8_weights == "fp8" and par.zero == 0:
+        p.append("fp8_weights fp8 (--fp8-param-gather) needs Megatron's distributed optimizer or Megatron-FSDP: "
+                 "use zero 1 or more, or fp8_weights bf16")
+    if par.fp8_weights == "bf16" and par.zero >= 2:
+        p.append("fp8_weights bf16 is modelled over Megatron's distributed optimizer (zero 0 or 1), where "
+                 "Transformer Engine caches each layer's FP8 weight; with Megatron-FSDP use fp8_weights fp8")
