@@ -83,6 +83,11 @@ SCENARIO = {
     "master_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("16-bit remainders", "remainder"),
                                          ("16-bit", "16bit"),
                                          ("none (bf16 weights)", "none")], value=v, label="master weights"), ""),
+    "fp8_recipe": (lambda v: gr.Radio([("delayed", ""), ("tensorwise (current)", "tensorwise"),
+                                       ("MXFP8 (Blackwell)", "mxfp8"), ("blockwise", "blockwise")], value=v,
+                                      label="FP8 recipe (Megatron / Transformer Engine)"), ""),
+    "fp8_weights": (lambda v: gr.Radio([("framework's", ""), ("FP8 parameters", "fp8"),
+                                        ("bf16 + cached FP8 copy", "bf16")], value=v, label="FP8 layers' weights"), ""),
 }
 
 
