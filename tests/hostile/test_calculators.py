@@ -253,7 +253,8 @@ PLAN_PATHS = ["seq", "gbs", "top", "hardware", "constraints"]
 @FAST
 @given(st.dictionaries(st.sampled_from(PLAN_PATHS), JSON | st.integers(0, 2**25), max_size=3),
        st.dictionaries(st.sampled_from(["tp", "pp", "mbs", "zero", "recompute", "schedule", "framework",
-                                        "tp_across_nodes", "uneven_split", "top"]), JSON, max_size=3))
+                                        "tp_across_nodes", "uneven_split", "top", "precision", "master_dtype",
+                                        "fp8_recipe", "fp8_weights", "offload_modules"]), JSON, max_size=3))
 def test_any_plan_request_is_answered_or_refused_within_its_budget(fields, constraints):
     request = {"model": {"preset": "llama3-8b"}, "hardware": {"nodes": 1}, "seq": 4096, "gbs": 64, **fields}
     if "constraints" not in fields:
