@@ -30,9 +30,11 @@ def offload_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tup
       bf16 but under MXFP8 (the GEMM keeps its original input to offload it, experts.py); moe_act:
       that GEMM's output, which the activation keeps (recomputed or not).
     Nothing under full recompute or for other frameworks."""
+    if not par.offload_modules or par.framework != "megatron":
+        return 0.0, 0.0
     mods = set(offload_modules(par.offload_modules))
     kind, every = policy(par.framework, par.recompute)
-    if not mods or par.framework != "megatron" or kind in ("full", "op_sac"):
+    if not mods or kind in ("full", "op_sac"):
         return 0.0, 0.0
     t, T, h = par.tp, tokens(par), model.hidden
     T_sp = T / t if par.sp else T
@@ -85,6 +87,8 @@ def offloaded(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
 def kept_on_gpu(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
     """activations.saved_per_layer less what fine-grained offloading keeps in host memory (with
     layer:N, on the N - 1 layers that keep everything)."""
+    if not par.offload_modules:
+        return saved_per_layer(model, par, moe_layer)
     kind, every = policy(par.framework, par.recompute)
     if every == 1:
         return saved_per_layer(model, par, moe_layer) - offloaded(model, par, moe_layer)

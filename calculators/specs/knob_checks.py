@@ -51,7 +51,7 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
 
 def _check_offload(p: list, w: list, model: ModelSpec, par: ParallelConfig) -> None:
     """offload_modules as Megatron's TransformerConfig accepts it."""
-    mods = offload_modules(par.offload_modules)
+    mods = offload_modules(par.offload_modules) if par.offload_modules else ()
     if not mods:
         return
     if par.framework != "megatron":
@@ -84,9 +84,9 @@ def _check_offload(p: list, w: list, model: ModelSpec, par: ParallelConfig) -> N
 def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
     """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them;
     they describe FP8 training and mean nothing under precision bf16."""
-    asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
-    if not asked or par.precision != "fp8":
+    if par.precision != "fp8" or not (par.fp8_recipe or par.fp8_weights):
         return
+    asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
     if par.framework != "megatron":
         p.append(f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} Transformer Engine's FP8 under "
                  f"Megatron; {par.framework} has its own (torchao's float8 for fsdp2): use framework megatron, "

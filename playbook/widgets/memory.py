@@ -15,7 +15,7 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
         "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
-        "offload_layers", "precision", "fp8_recipe", "fp8_weights")
+        "offload_layers", "offload_modules", "precision", "fp8_recipe", "fp8_weights")
 
 
 def compute(v: dict):
@@ -27,7 +27,9 @@ def compute(v: dict):
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
             f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
-            f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}; {CONVENTION}; fits "
+            f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}"
+            f"{', what ' + escape.md(par.offload_modules) + ' save in host memory' if par.offload_modules else ''}; "
+            f"{CONVENTION}; fits "
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")
     if ddp_buckets(par):

@@ -15,7 +15,7 @@ from . import Widget, scenario_controls, which_model, wire
 
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
         "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher", "experts", "grad_dtype",
-        "moment_dtype", "master_dtype", "offload_layers")
+        "moment_dtype", "master_dtype", "offload_layers", "offload_modules")
 
 
 def compute(v: dict):
