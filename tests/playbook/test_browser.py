@@ -46,10 +46,12 @@ def browser():
 
 
 # Leaving a page aborts the requests still in flight on it (a widget's second, always_last
-# request, on a loaded machine): Gradio's client logs each as an error. Those are the reader's
-# navigation, not a fault, and are not counted while open_chapter navigates; a server that really
-# broke leaves the next plot undrawn, which wait_for_plot reports.
-NAVIGATION_ABORTS = ("AbortError: signal is aborted without reason", "Connection errored out")
+# request, on a loaded machine): Gradio's client logs each as an error, the abort signal's or, where
+# the answer's stream was being read, the stream's ("BodyStreamBuffer was aborted"). Those are the
+# reader's navigation, not a fault, and are not counted while open_chapter navigates; a server that
+# really broke leaves the next plot undrawn, which wait_for_plot reports.
+NAVIGATION_ABORTS = ("AbortError: signal is aborted without reason", "AbortError: BodyStreamBuffer was aborted",
+                     "Connection errored out")
 NAVIGATING: set = set()             # id() of the pages open_chapter is navigating
 
 
