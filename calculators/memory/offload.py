@@ -7,7 +7,7 @@ from dataclasses import replace
 from .activations import BF16, FP32, _ffn_inputs, gemm_input_bytes, saved_per_layer, tokens
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
-from ..specs.recompute import modules, offload_modules, policy
+from ..specs.recompute import OFFLOAD_MODULES, modules, offload_modules, policy
 
 MIN_OFFLOADED = 2 ** 20          # elements: Megatron leaves smaller tensors on the GPU (min_offloaded_tensor_size)
 
@@ -30,52 +30,79 @@ def offload_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> tup
       bf16 but under MXFP8 (the GEMM keeps its original input to offload it, experts.py); moe_act:
       that GEMM's output, which the activation keeps (recomputed or not).
     Nothing under full recompute or for other frameworks."""
+    parts = offload_parts(model, par, moe_layer)
+    return sum(f for f, _ in parts.values()), sum(c for _, c in parts.values())
+
+
+def offload_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
+    """offload_bytes by module: {module: (bytes freed, bytes copied)}, in the layer's forward order."""
     if not par.offload_modules or par.framework != "megatron":
-        return 0.0, 0.0
+        return {}
     mods = set(offload_modules(par.offload_modules))
     kind, every = policy(par.framework, par.recompute)
     if not mods or kind in ("full", "op_sac"):
-        return 0.0, 0.0
+        return {}
     t, T, h = par.tp, tokens(par), model.hidden
     T_sp = T / t if par.sp else T
     recomputed = set(modules(par.recompute))
     core_recomputed = kind == "core_attn" or "core_attn" in recomputed
-    tensors = []                     # (bytes per element, elements, freed on the GPU)
+    tensors = []                     # (module, bytes per element copied, bytes per element freed, elements)
     if model.mla:
         x = model.mla
         if "attn_norm" in mods:
-            tensors.append((BF16, T_sp * h, True))
+            tensors.append(("attn_norm", BF16, BF16, T_sp * h))
         if "qkv_linear" in mods:
-            tensors += [(BF16, T_sp * h, "layernorm" not in recomputed),
-                        (BF16 + gemm_input_bytes(par), T_sp * (x.q_lora_rank + x.kv_lora_rank), True),
-                        (BF16, T_sp * x.qk_rope_dim, True)]
+            tensors += [("qkv_linear", BF16, BF16 * ("layernorm" not in recomputed), T_sp * h),
+                        ("qkv_linear", BF16 + gemm_input_bytes(par), BF16 + gemm_input_bytes(par),
+                         T_sp * (x.q_lora_rank + x.kv_lora_rank)),
+                        ("qkv_linear", BF16, BF16, T_sp * x.qk_rope_dim)]
     elif "qkv_linear" in mods:
-        tensors += [(BF16, T_sp * h, True), (gemm_input_bytes(par), T_sp * h, True)]
+        tensors += [("qkv_linear", BF16, BF16, T_sp * h), ("qkv_linear", gemm_input_bytes(par), gemm_input_bytes(par),
+                                                           T_sp * h)]
     out_freed = "attn_proj" in mods
     if "core_attn" in mods and not core_recomputed:
         discarded = bool(model.mla) and "mla_up_proj" in recomputed
         k_width, v_width = (model.q_dim, model.attn_out_dim) if model.mla else (model.kv_dim, model.kv_dim)
-        tensors += [(BF16, T * width / t, not discarded) for width in (model.q_dim, k_width, v_width)]
-        tensors += [(FP32, T * model.heads / t, True), (BF16, T * model.attn_out_dim / t, out_freed)]
+        tensors += [("core_attn", BF16, 0 if discarded else BF16, T * width / t)
+                    for width in (model.q_dim, k_width, v_width)]
+        tensors += [("core_attn", FP32, FP32, T * model.heads / t),
+                    ("core_attn", BF16, BF16 * out_freed, T * model.attn_out_dim / t)]
     elif out_freed:
-        tensors.append((BF16, T * model.attn_out_dim / t, True))
-    freed = copied = 0.0
+        tensors.append(("attn_proj", BF16, BF16, T * model.attn_out_dim / t))
     if moe_layer:
         e = model.moe
         if "mlp_norm" in mods:
-            tensors.append((BF16, T_sp * h, True))
+            tensors.append(("mlp_norm", BF16, BF16, T_sp * h))
         if "expert_fc1" in mods:
             keeps = gemm_input_bytes(par)
             sent = keeps if par.precision == "fp8" and par.fp8_recipe == "mxfp8" else BF16
-            if e.top_k * T_sp * h >= MIN_OFFLOADED:
-                freed, copied = keeps * e.top_k * T_sp * h, sent * e.top_k * T_sp * h
+            tensors.append(("expert_fc1", sent, keeps, e.top_k * T_sp * h))
         if "moe_act" in mods:
-            tensors.append((BF16, e.top_k * T_sp * e.expert_ffn * _ffn_inputs(model) / par.etp, True))
-    for size, elements, frees in tensors:
+            tensors.append(("moe_act", BF16, BF16, e.top_k * T_sp * e.expert_ffn * _ffn_inputs(model) / par.etp))
+    out = {}
+    for module, copied, freed, elements in tensors:
         if elements >= MIN_OFFLOADED:
-            copied += size * elements
-            freed += size * elements if frees else 0.0
-    return freed, copied
+            f, c = out.get(module, (0.0, 0.0))
+            out[module] = (f + freed * elements, c + copied * elements)
+    return {m: out[m] for m in OFFLOAD_MODULES if m in out}
+
+
+# Runs of offload groups with no compute between them, in forward order. Megatron brings a group
+# back when the group after it (in forward order) has finished its backward, and waits for it as
+# its own backward starts (on_group_start_backward, on_group_commit_backward): the first group of
+# a run (in backward order) reloads beside what ran since the run before, the others as they wait.
+ADJACENT = (("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"), ("expert_fc1", "moe_act"))
+
+
+def reload_split(parts: dict) -> tuple[float, float]:
+    """(bytes whose reload can hide behind compute, bytes whose reload the backward waits for) of
+    offload_parts: per run of ADJACENT groups, the last present one hides, the rest wait."""
+    hides = waits = 0.0
+    for run in ADJACENT:
+        present = [parts[m][1] for m in reversed(run) if m in parts]
+        if present:
+            hides, waits = hides + present[0], waits + sum(present[1:])
+    return hides, waits
 
 
 def offloaded(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:

@@ -13,10 +13,10 @@ mechanism below decides it):
   layer's forward and come back during the previous one's backward (Transformer Engine's CPU
   offload, one layer ahead), at the GPU's host link (GPUSpec.host_link_gbps); spread over the
   rank's layers, the share offloaded. parallel.offload_modules (Megatron's fine-grained
-  offloading) copies what its modules save (offload.offload_bytes) alike, in every layer. Each
-  reload is taken as hidden behind the layer's whole backward: an upper bound on what hides, as
-  Megatron brings each group back one group ahead, and the experts' first GEMM's input just as
-  that GEMM's backward needs it.
+  offloading) copies what its modules save (offload.offload_parts) alike, in every layer; the
+  copies out hide behind the layer's forward, the reloads as offload.reload_split says: a group
+  that follows another with no compute between (moe_act's expert_fc1, core_attn's attn_proj) is
+  waited for, the first of each run hides behind at most the layer's backward.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
   (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
   (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
@@ -26,7 +26,7 @@ mechanism below decides it):
 from __future__ import annotations
 
 from ..memory.activations import BF16, saved_per_layer, tokens
-from ..memory.offload import offload_bytes
+from ..memory.offload import offload_parts, reload_split
 from ..specs.frameworks import tp_backward_overlapped
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
@@ -82,14 +82,18 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         if par.dispatcher == "deepep":    # the compute beside DeepEP's kernels runs on the SMs they leave
             hidden *= 1 - profile.dispatch_sm_share
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
-    if par.offload_layers or par.offload_modules:
-        share = min(1.0, par.offload_layers / model.layers) if par.offload_layers else 1.0   # pp 1 with layers
-        moved = (saved_per_layer(model, par, moe_layer) if par.offload_layers
-                 else offload_bytes(model, par, moe_layer)[1])
-        copy = moved / (cluster.gpu.host_link_gbps * 1e9)
-        back = lt.backward_input + lt.backward_weight
+    back = lt.backward_input + lt.backward_weight
+    if par.offload_layers:
+        copy = saved_per_layer(model, par, moe_layer) / (cluster.gpu.host_link_gbps * 1e9)
+        share = min(1.0, par.offload_layers / model.layers)    # pp is 1 (check_layout)
         out["offload"] = (share * copy, share * copy, min(1.0, lt.forward / copy) if copy else 1.0,
                           min(1.0, back / copy) if copy else 1.0)
+    elif par.offload_modules:
+        hides, waits = reload_split(offload_parts(model, par, moe_layer))
+        rate = cluster.gpu.host_link_gbps * 1e9
+        copy = (hides + waits) / rate
+        out["offload"] = (copy, copy, min(1.0, lt.forward / copy) if copy else 1.0,
+                          min(hides / rate, back) / copy if copy else 1.0)
     return out
 
 

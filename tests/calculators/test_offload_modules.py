@@ -151,3 +151,21 @@ def test_the_planner_plans_the_offload_asked_and_refuses_a_bad_list():
     for bad in ("moe", ["expert_fc1", "moe_act"], [{}]):
         with pytest.raises(ConfigError, match="offload_modules"):
             plan(QWEN, CLUSTER, 4096, 256, {"offload_modules": bad})
+
+
+def test_a_group_right_after_another_waits_for_its_reload():
+    """Megatron brings a group back once the group after it has finished its backward and waits
+    for it as its own starts: expert_fc1's reload, right after moe_act's backward, is waited for;
+    moe_act's hides behind the compute before it (the experts' second GEMM)."""
+    from calculators.memory.offload import offload_parts, reload_split
+    par = replace(PAR, offload_modules="expert_fc1+moe_act")
+    parts = offload_parts(QWEN, par, True)
+    assert list(parts) == ["expert_fc1", "moe_act"]
+    assert reload_split(parts) == (parts["moe_act"][1], parts["expert_fc1"][1])
+    alone = offload_parts(QWEN, replace(PAR, offload_modules="expert_fc1"), True)
+    assert reload_split(alone) == (alone["expert_fc1"][1], 0.0)
+    # the step waits for it: more time than the same bytes hidden would cost
+    cluster = ClusterSpec(GPU_PRESETS["H100-80GB"], nodes=4, gpus_per_node=4)
+    times = [estimate_step(QWEN, cluster, replace(PAR, mbs=4, offload_modules=m)).time_s
+             for m in ("", "moe_act", "expert_fc1+moe_act")]
+    assert times[0] <= times[1] < times[2]
