@@ -40,6 +40,8 @@ def compute(v: dict):
         text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} of {mem['grads_full_gib']:.2f} GiB. FSDP2 sets "
                  "them to None each step and, with one micro-batch per step, creates each layer's as its backward "
                  "frees that layer's activations: the peak holds the larger of the two, not their sum.")
+    if par.precision != "fp8" and (par.fp8_recipe or par.fp8_weights):
+        text += "\n\nThe FP8 recipe and weights apply to precision fp8 only: in bf16 they change nothing."
     text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])
     return memory_by_stage(mem, f"{model.name}: memory per GPU by pipeline stage"), text
 
