@@ -21,7 +21,8 @@ import threading
 
 from .specs import limits
 from .specs.errors import ConfigError
-from .specs.frameworks import FP8_TEXT, MASTER_TEXT, fp8_weights, grad_dtype, master_dtype
+from .specs.fp8 import FP8_TEXT, fp8_weights
+from .specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
 from .specs.hardware import GPU_PRESETS
 from .specs.parallel import (FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES,
                             RECOMPUTE, SCHEDULES)

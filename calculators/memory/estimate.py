@@ -31,7 +31,8 @@ from functools import lru_cache
 
 from . import activations as act
 from .offload import kept_on_gpu, offload_bytes
-from ..specs.frameworks import bytes_per_param, fp8_weight_extra, grad_dtype, master_dtype, retained_buffers
+from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
+from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, retained_buffers
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split
@@ -206,20 +207,6 @@ def _kind_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tup
     return dense, expert
 
 
-@lru_cache(maxsize=1024)
-def _fp8_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU holds of one layer's Transformer Engine linears, the
-    layers Megatron runs in FP8: every weight matrix but the router's (no biases)."""
-    dense = expert = 0.0
-    for m in model.layer_matmuls(moe):
-        w = m.stored * m.fan_in * m.fan_out
-        if m.expert:
-            expert += w / (ep * etp)
-        elif m.name != "router":
-            dense += w / tp if m.tp in ("col", "row") else w
-    return dense, expert
-
-
 class _Context:
     """What every stage of one layout shares, computed once: the framework's bytes per parameter
     and each layer kind (dense MLP, MoE): its parameters, saved activations and working set."""
@@ -235,7 +222,7 @@ class _Context:
         # per layer kind, the FP8 layers' weight bytes beyond bf16's 2 (fp8_weight_extra), sharded as weights
         extra = fp8_weight_extra(par, blackwell)
         shards = (dense_shard, expert_shard) if par.zero == 3 else (1, 1)
-        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(_fp8_params(model, moe, par.tp, par.ep, par.etp),
+        self.fp8_extra = {moe: sum(n * extra / k for n, k in zip(fp8_layer_params(model, moe, par.tp, par.ep, par.etp),
                                                                  shards)) for moe in model.layer_kinds}
         T = act.tokens(par)
         params = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}   # (dense, expert)

@@ -8,7 +8,8 @@ import itertools
 from dataclasses import dataclass
 
 from ..specs.errors import ConfigError
-from ..specs.frameworks import fp8_weights, master_dtype
+from ..specs.fp8 import fp8_weights
+from ..specs.frameworks import master_dtype
 from ..specs.parallel import ParallelConfig
 from ..time.step import StepEstimate
 

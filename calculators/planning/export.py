@@ -16,7 +16,8 @@ from .explain import runs_text as split_text
 from ..memory.estimate import ddp_buckets, pipeline_stages
 from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
-from ..specs.frameworks import fp8_recipe, fp8_weights, grad_dtype, master_dtype
+from ..specs.fp8 import fp8_recipe, fp8_weights
+from ..specs.frameworks import grad_dtype, master_dtype
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig, megatron_split
 from ..specs.recompute import (STANDARD as RECOMPUTE_LEVELS, modules, offload_modules, policy,

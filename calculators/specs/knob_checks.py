@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import require
-from .frameworks import fp8_recipe
+from .fp8 import fp8_recipe
 from .hardware import BLACKWELL
 from .recompute import modules, offload_modules, policy as recompute_policy
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import gradio as gr
 
 from calculators.memory.estimate import ddp_buckets, memory_dict
-from calculators.specs.frameworks import FP8_TEXT, MASTER_TEXT, fp8_weights, grad_dtype, master_dtype
+from calculators.specs.fp8 import FP8_TEXT, fp8_weights
+from calculators.specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
 from playbook.plots import memory_by_stage
 
 from playbook import escape
