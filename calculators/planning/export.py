@@ -129,9 +129,9 @@ def _megatron(model, cluster, par, _ref):
         a.append("--grad-reduce-in-bf16")       # else its default with --bf16: fp32 main grads
     if par.offload_layers:
         a.append(f"--cpu-offloading-num-layers {par.offload_layers}")
-    if offload_modules(par.offload_modules):
-        a += ["--fine-grained-activation-offloading",
-              "--offload-modules " + " ".join(offload_modules(par.offload_modules))]
+    offloaded = offload_modules(par.offload_modules)
+    if offloaded:
+        a += ["--fine-grained-activation-offloading", "--offload-modules " + " ".join(offloaded)]
     master = master_dtype(par)
     if par.moment_dtype == "bf16" or master in ("remainder", "16bit"):
         a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam (remainders by default)

@@ -73,7 +73,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "grad_dtype": [""],
         "moment_dtype": [""],          # likewise: bf16 Adam moments only where allowed
         "master_dtype": [""],          # and masters as remainders, or none, only where allowed (Megatron)
-        # FP8 under Megatron: the recipe and the weights' kind the user names (first), else the framework's
+        # FP8 under Megatron: the recipe and the weights' kind the user names (one value), else the framework's
         "fp8_recipe": [""],
         "fp8_weights": [""],
         "offload_modules": [""],       # Megatron's fine-grained offloading: the modules the user names

@@ -27,7 +27,7 @@ GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (framew
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 MASTER_DTYPES = ("", "fp32", "remainder", "16bit", "none")  # "": the framework's (frameworks.master_dtype)
 FP8_RECIPES = ("", "delayed", "tensorwise", "mxfp8", "blockwise")  # Megatron's --fp8-recipe; "": delayed
-FP8_WEIGHTS = ("", "fp8", "bf16")                  # "": the framework's (frameworks.fp8_weights)
+FP8_WEIGHTS = ("", "fp8", "bf16")                  # "": the framework's (fp8.fp8_weights)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
 DISPATCHERS = ("alltoall", "deepep")
@@ -89,7 +89,7 @@ class ParallelConfig:
                                  # blockwise (DeepSeek-V3's 1x128 and 128x128 blocks); "": delayed
     fp8_weights: str = ""        # what Megatron keeps its FP8 layers' weights as: fp8 (FP8 parameters, gathered
                                  # in FP8: --fp8-param-gather) | bf16 (bf16 parameters, whose FP8 copy Transformer
-                                 # Engine caches through the step); "": the framework's (frameworks.fp8_weights)
+                                 # Engine keeps from step to step); "": the framework's (fp8.fp8_weights)
     offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
                                  # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
     offload_modules: str = ""    # modules whose saved activations wait in host memory, joined by '+' (Megatron's

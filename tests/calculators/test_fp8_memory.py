@@ -118,7 +118,7 @@ def _weights_gib(gpu, par, model=LLAMA):
 def test_bf16_weights_under_fp8_add_transformer_engines_cached_fp8_copy():
     """Megatron without --fp8-param-gather keeps bf16 weights, and each Transformer Engine linear
     caches the FP8 weight its first micro-batch casts (data and, on Hopper, its transpose: 2 bytes
-    a parameter; 1 on Blackwell) until the step ends; the router, norms and embeddings have none."""
+    a parameter; 1 on Blackwell) and keeps it from step to step; the router, norms and embeddings have none."""
     par = replace(MEGATRON, dp=2, tp=4, sp=True, zero=0)
     linears = LLAMA.layers * _linear_params(LLAMA, 4) / 2 ** 30
     for gpu, copy in (("H100-80GB", 2), ("B200", 1)):
