@@ -48,8 +48,13 @@ class GPUSpec:
 
 _NV = "NVIDIA {} datasheet"
 GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
-    # memory_gib: the total nvidia-smi / rocm-smi reports where known (40,536 MiB on A100-40GB,
-    # 81,920 MiB on A100-80GB, 81,559 MiB on H100, 143,771 MiB on H200), else the datasheet's GB.
+    # memory_gib: the total the driver reports (nvidia-smi's memory.total, rocm-smi's VRAM total):
+    # 40,536 MiB on A100-40GB, 81,920 MiB on A100-80GB, 81,559 MiB on H100, 143,771 MiB on H200,
+    # 183,359 MiB on B200 (AWS Deep Learning AMI Developer Guide, "Software requirements for P6
+    # instances", its nvidia-smi example on p6-b200), 189,471 MiB on GB200 and 284,208 MiB on GB300
+    # (nvidia-smi on NVL72 compute trays, drivers 570 to 595, in public tray logs), 205,822,885,888
+    # bytes on MI300X (rocm-smi --showmeminfo vram). Blackwell and MI300X expose more than their
+    # datasheets' decimal GB (180, 186, 288, 192) read as bytes: taking those put them 7% short.
     GPUSpec("A100-40GB", 39.59, 312, 0, 1.555, 300, 25, 8,
             _NV.format("A100 Tensor Core GPU (SXM4)") + "; DGX A100: 8x 200 Gb/s HDR per node"),
     GPUSpec("A100-80GB", 80.0, 312, 0, 2.039, 300, 25, 8,
@@ -64,18 +69,18 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in [
             + "; DeepSeek-V3 report (arXiv 2412.19437) section 3.1: 8x 400 Gb/s InfiniBand per node"),
     GPUSpec("H200-141GB", 140.4, 989.4, 1978.9, 4.8, 450, 50, 8,
             _NV.format("H200 Tensor Core GPU (SXM)")),
-    GPUSpec("B200", 167.6, 2250, 4500, 8.0, 900, 50, 8,
+    GPUSpec("B200", 179.06, 2250, 4500, 8.0, 900, 50, 8,
             _NV.format("DGX B200 (72 PF FP8 / 8 GPUs, 1,440 GB HBM3e, NVLink 5 1.8 TB/s)")
             + "; 8x 400 Gb/s ConnectX-7 per node"),
-    GPUSpec("GB200", 173.2, 2500, 5000, 8.0, 900, 100, 72,
+    GPUSpec("GB200", 185.03, 2500, 5000, 8.0, 900, 100, 72,
             _NV.format("GB200 NVL72 (per GPU: 186 GB HBM3e, 8 TB/s, NVLink 5 1.8 TB/s; 72-GPU NVLink domain)")
             + "; 800 Gb/s ConnectX-8 per GPU"),
     # GB300 (Blackwell Ultra): the GB200's dense bf16 and FP8 peaks, twice its softmax exponential
     # rate (what its attention kernels gain), 288 GB, 1,400 W
-    GPUSpec("GB300", 268.2, 2500, 5000, 8.0, 900, 100, 72,
+    GPUSpec("GB300", 277.55, 2500, 5000, 8.0, 900, 100, 72,
             _NV.format("GB300 NVL72 (rack: 180 PF bf16 and 360 PF FP8 dense over 72 GPUs; per GPU 288 GB HBM3e, "
                        "8 TB/s, NVLink 5 1.8 TB/s; 72-GPU NVLink domain)") + "; 800 Gb/s ConnectX-8 per GPU"),
-    GPUSpec("MI300X", 178.8, 1307.4, 2614.9, 5.3, 448, 50, 8,
+    GPUSpec("MI300X", 191.69, 1307.4, 2614.9, 5.3, 448, 50, 8,
             "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 7x 64 GB/s Infinity Fabric links)"),
 ]}
 

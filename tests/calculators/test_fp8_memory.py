@@ -82,15 +82,16 @@ def test_moe_act_under_fp8_frees_the_one_byte_fc2_input():
 
 def test_nvidias_fp8_recipes_fit_where_a_bf16_count_did_not():
     """Megatron-Bridge's Qwen3-30B-A3B FP8 recipe (mbs 4, no recompute, 8 GPUs) runs on a GB200 and
-    a B200: counting its activations in bf16 put it over the GPU's memory."""
+    a B200: counting its activations in bf16 called it out of memory (over the 95% of the GPU a
+    Megatron layout may fill)."""
     rows = [r for r in load()[0] if r.source.startswith("megatron-bridge-") and r.model.name == "qwen3-30b-a3b"
             and r.par.precision == "fp8" and r.cluster.gpu.name in ("GB200", "B200") and r.par.mbs == 4]
     assert rows
     for r in rows:
         s = score(r)
-        assert s.memory_gib < r.cluster.gpu.memory_gib, r.line
-        as_bf16 = estimate_memory(r.model, r.cluster, replace(r.par, precision="bf16")).total_gib
-        assert as_bf16 > r.cluster.gpu.memory_gib > s.memory_gib
+        assert s.fits, r.line
+        as_bf16 = estimate_memory(r.model, r.cluster, replace(r.par, precision="bf16"))
+        assert not as_bf16.fits and as_bf16.total_gib > s.memory_gib, r.line
 
 
 def test_the_fp8_copy_is_megatrons_only():

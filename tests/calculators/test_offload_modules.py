@@ -133,14 +133,14 @@ def test_the_copies_cost_time_where_the_host_link_cannot_keep_up_and_the_export_
 def test_the_modelzoo_mxfp8_run_that_needed_offloading_comes_within_its_gpu():
     """Megatron-MoE-ModelZoo's Qwen3-235B MXFP8 run on GB200 (mbs 3, pp 4 x vpp 6) needs
     --offload-modules expert_fc1 moe_act, its README says: without it the estimate holds over
-    250 GiB a GPU, with it under the GPU's 173."""
+    250 GiB a GPU, with it within the 95% of the GPU's 185 GiB that the fit rule allows."""
     rows = [r for r in load()[0] if r.source == "megatron-moe-modelzoo-qwen3-gb200" and r.par.offload_modules]
     assert len(rows) == 1
     r = rows[0]
     assert r.par.offload_modules == "expert_fc1+moe_act"
-    # within the GPU, though above the 95% of it the fit rule allows (a fit miss: the run ran)
     s = score(r)
-    assert s.memory_gib < r.cluster.gpu.memory_gib and not s.fits
+    assert s.fits and s.memory_gib < r.cluster.gpu.memory_gib
+    assert not score(replace(r, par=replace(r.par, offload_modules=""))).fits
     assert estimate_memory(r.model, r.cluster, replace(r.par, offload_modules="")).total_gib > 250
 
 

@@ -148,14 +148,15 @@ def test_memory_is_reported_per_framework(scored):
 
 def test_the_fit_call_lets_published_runs_fit_and_keeps_published_ooms_out(scored):
     """Every published run ran but two (torchtitan's 70B at batch 2 on A100, reported out of memory).
-    The fit rule calls both of those out of memory, and at most 12% of Megatron's runs that ran out
-    of memory (nanotron's 77% called 141 of 293); the rest named in validation.stacks' list."""
+    The fit rule calls both of those out of memory, and at most 6% of Megatron's runs that ran out
+    of memory (14 of 293 with the GPUs' memory as their drivers report it; nanotron's 77% called 141
+    of 293); the rest named in validation.stacks' list."""
     rows, _ = scored
     called_oom, called_fit, ran, oom = fit_misses(rows)
     assert oom == 2 and not called_fit
     megatron = [s for s in rows if s.ran and s.fits is not None and s.run.par.framework == "megatron"]
     missed = [s for s in called_oom if s.run.par.framework == "megatron"]
-    assert len(megatron) >= 250 and len(missed) <= 0.12 * len(megatron), len(missed)
+    assert len(megatron) >= 250 and len(missed) <= 0.06 * len(megatron), len(missed)
 
 
 def test_readme_quotes_the_scripts_figures(scored):
