@@ -58,6 +58,11 @@ def experts(settings: str) -> str:
 # at bf6e9985) and its other rows follow NeMo's performance scripts, bf16 from 2025-06-12
 # (scripts/performance/helpers.py, ab020f6a72). NeMo 2.0 before that reduced in fp32.
 BF16_GRADS = ("megatron-bridge-", "megatron-lm-llama-example-")
+# ... except FP8: NeMo 2.0's performance scripts set grad_reduce_in_fp32=False for FP8 runs from their
+# first version (scripts/performance/llm/pretrain_*.py, 81d94d1501, 2025-02-19; utils.py's
+# set_primary_perf_configs from 023b82de24). dgxc-benchmarking v25.04 and v25.05.01 launch those
+# scripts (llama3.1/launch.sh: python3 -m scripts.performance.llm.pretrain_llama31; nemotron/launch.sh).
+NEMO2_PERF_FP8 = ("dgxc-benchmarking-v25.04", "dgxc-benchmarking-v25.05.01")
 
 
 def grad_dtype(row: dict) -> str:
@@ -65,6 +70,8 @@ def grad_dtype(row: dict) -> str:
     found = re.search(r"grad_reduce\s*=\s*(fp32|bf16)\b", row["other_settings"], re.I)
     if found:
         return found.group(1).lower()
+    if row["source_id"] in NEMO2_PERF_FP8 and row["precision"].strip().lower() == "fp8":
+        return "bf16"
     return "bf16" if row["source_id"].startswith(BF16_GRADS) else ""
 
 
