@@ -110,8 +110,11 @@ def _megatron(model, cluster, par, _ref):
     if par.zero == 1:
         a.append("--use-distributed-optimizer")
     elif par.zero >= 2:
+        # Megatron-LM's parallelism guide: Megatron-FSDP saves fsdp_dtensor checkpoints (the default
+        # torch_dist does not hold its shards) and builds the model on the meta device, then in shards
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
-              + ("optim_grads" if par.zero == 2 else "optim_grads_params")]
+              + ("optim_grads" if par.zero == 2 else "optim_grads_params"), "--ckpt-format fsdp_dtensor",
+              "--init-model-with-meta-device"]
     if par.recompute == "selective":
         a.append("--recompute-granularity selective")
     elif modules(par.recompute):
@@ -224,8 +227,11 @@ def _torchtitan(model, cluster, par, _ref):
     if par.ep > 1:
         lines += [f"expert_parallel_degree = {par.ep}", f"expert_tensor_parallel_degree = {par.etp}"]
         notes += _alltoall_only(par, "torchtitan")
+    # torchtitan accumulates global_batch_size / (local_batch_size x dp) forwards a step; a pipeline
+    # splits its local batch into micro-batches of pipeline_parallel_microbatch_size (train.py)
+    local = par.gbs // par.dp if par.pp > 1 else par.mbs
     lines += ["", "[activation_checkpoint]", *_torchtitan_recompute(par, notes), "", "[training]",
-              f"local_batch_size = {par.gbs // par.dp}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
+              f"local_batch_size = {local}", f"global_batch_size = {par.gbs}", f"seq_len = {par.seq}"]
     if par.compile:
         # torchtitan compiles the blocks and, by default, the loss (compile.components)
         components = '"model", "loss"' if loss_kernel(par) == "compiled" else '"model"'

@@ -41,6 +41,9 @@ ROLES = ("weights", "grads", "master", "optimizer")
 # Megatron-LM runs 1F1B and interleaved 1F1B; the planner also offers it ZB-H1 and DualPipeV as
 # the forks that add them do, and the export says so.
 LIMITS = {
+    # Megatron-Core's pipeline schedules: 1F1B and its interleaved form (pipeline_parallel/schedules.py's
+    # forward_backward_pipelining_{without,with}_interleaving); no zero-bubble, DualPipe or GPipe
+    "megatron": {"schedule": ("1f1b", "interleaved")},
     "nanotron": {"schedule": ("gpipe", "1f1b"), "zero": (0, 1), "cp": (1,)},
     "deepspeed": {"schedule": ("1f1b",)},
 }

@@ -172,6 +172,14 @@ def test_plans_stay_within_what_the_framework_runs():
         plan(model, cluster, 8192, 1024, {"framework": "nanotron", "schedule": ["1f1b", "zb"]})
     with pytest.raises(ConfigError, match=r"nanotron does not run zero \[2, 3\]"):
         plan(model, cluster, 8192, 1024, {"framework": "nanotron", "zero": [1, 2, 3]})
+    # Megatron-Core runs 1F1B and interleaved 1F1B only: no zero-bubble or DualPipe plan (the
+    # DeepSeek-V3 and Qwen3 plans used to rank them first), and a step asking for one says so
+    moe, few = model_from_name("qwen3-30b-a3b"), ClusterSpec(H100, nodes=4)
+    meg = plan(moe, few, 4096, 1024, {})
+    assert meg.plans and all(p.par.schedule in ("1f1b", "interleaved") for p in meg.plans)
+    zb = ParallelConfig(dp=16, pp=2, ep=8, zero=1, gbs=1024, seq=4096, schedule="zb")
+    assert any("megatron has no 'zb' pipeline schedule" in w for w in check_layout(moe, few, zb))
+    assert not any("pipeline schedule" in w for w in check_layout(moe, few, replace(zb, framework="fsdp2")))
 
 
 def test_exports_carry_the_layout():
@@ -251,6 +259,36 @@ def test_torchtitan_export_spells_recompute_and_compile_as_torchtitan_reads_them
     assert 'components = ["model"]' in titan
 
 
+def test_megatron_export_of_zero_2_and_3_is_megatron_fsdp_as_its_guide_runs_it():
+    """ZeRO-2/3 under Megatron is Megatron-FSDP: its sharding strategy, the fsdp_dtensor checkpoint
+    format and meta-device initialisation (Megatron-LM's parallelism guide); ZeRO-1 the distributed
+    optimizer."""
+    cluster = ClusterSpec(H100, nodes=8, gpus_per_node=8)
+    l70 = model_from_name("llama3-70b")
+    par = ParallelConfig(dp=16, tp=4, sp=True, zero=3, gbs=256, seq=8192)
+    meg, _ = export("megatron", l70, cluster, par)
+    for flag in ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                 "--ckpt-format fsdp_dtensor", "--init-model-with-meta-device"):
+        assert flag in meg
+    assert "optim_grads \\" in export("megatron", l70, cluster, replace(par, zero=2))[0]
+    one, _ = export("megatron", l70, cluster, replace(par, zero=1))
+    assert "--use-distributed-optimizer" in one and "fsdp" not in one
+
+
+def test_torchtitan_export_keeps_the_micro_batch():
+    """torchtitan runs global_batch_size / (local_batch_size x dp) forwards a step, and a pipeline
+    splits its local batch into pipeline_parallel_microbatch_size pieces: without a pipeline the
+    local batch is the micro-batch (gbs / dp would run the whole step's batch in one forward)."""
+    cluster = ClusterSpec(H100, nodes=8, gpus_per_node=8)
+    l70 = model_from_name("llama3-70b")
+    flat = ParallelConfig(dp=8, tp=8, mbs=2, gbs=256, seq=8192, sp=True, framework="fsdp2", zero=3)
+    titan, _ = export("torchtitan", l70, cluster, flat)
+    assert "local_batch_size = 2\n" in titan and "global_batch_size = 256\n" in titan
+    piped = replace(flat, tp=4, pp=2, mbs=1)
+    titan, _ = export("torchtitan", l70, cluster, piped)
+    assert "local_batch_size = 32\n" in titan and "pipeline_parallel_microbatch_size = 1\n" in titan
+
+
 def test_interleaved_405b_takes_megatrons_split():
     """126 layers do not divide into 16 x v stages; counting the embedding and the loss as layers
     (Megatron's flags) they do, so the planner can propose Llama 3's interleaved pipeline, label it
@@ -268,8 +306,8 @@ def test_interleaved_405b_takes_megatrons_split():
     meg, _ = export("megatron", L405, cluster, best.par)
     assert "--account-for-embedding-in-pipeline-split" in meg and "--account-for-loss-in-pipeline-split" in meg
     mixed = plan(L405, cluster, seq=8192, gbs=2048, constraints={"tp": 8, "pp": 16, "cp": 1,
-                                                                 "schedule": ["interleaved", "zb"]})
-    assert {p.par.schedule for p in mixed.plans} <= {"interleaved", "zb"} and mixed.plans, mixed.impossible
+                                                                 "schedule": ["interleaved", "1f1b"]})
+    assert {p.par.schedule for p in mixed.plans} <= {"interleaved", "1f1b"} and mixed.plans, mixed.impossible
 
 
 def test_plan_cli():
@@ -338,7 +376,8 @@ def test_the_simulation_floor_never_exceeds_the_simulated_step():
     right if the floor never exceeds the simulated step, on every schedule."""
     from calculators.planning.planner import _Search
     cases = [("llama3-70b", 8, {}), ("qwen3-30b-a3b", 8, {}),
-             ("llama3-8b", 2, {"tp": [1, 2], "schedule": ["zb", "dualpipe", "interleaved", "1f1b"]})]
+             ("llama3-8b", 2, {"tp": [1, 2], "schedule": ["zb", "dualpipe", "interleaved", "1f1b"],
+                               "framework": "fsdp2"})]
     for name, nodes, constraints in cases:
         model, cluster = model_from_name(name), ClusterSpec(H100, nodes=nodes)
         result = plan(model, cluster, 4096, 512, constraints, top=8)
