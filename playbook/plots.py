@@ -139,6 +139,15 @@ def _log_axis(values, ticks=None) -> dict:
     return dict(type="log", tickvals=marks, ticktext=[_decimal(v) for v in marks])
 
 
+def _value_axis(values) -> dict:
+    """A log axis where the values span a factor of 3 or more, else a linear one: on a log axis a
+    0.1% change fills the plot's height with no tick to read it by."""
+    positive = [v for v in values if v and v > 0]
+    if positive and max(positive) / min(positive) >= 3:
+        return _log_axis(positive)
+    return dict(type="linear", rangemode="tozero")
+
+
 def _decimal(v: float) -> str:
     """5e6 -> 5M, 20000 -> 20k, 0.05 -> 0.05: a tick's label (SI: 1e9 is 1G, not 1B, a byte)."""
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -265,7 +274,10 @@ def roofline(peak_tflops: float, hbm_tbps: float, points, title: str) -> Figure:
 
 def placeholder(message: str) -> Figure:
     """A small empty figure that says why there is nothing to draw (instead of an empty box)."""
-    return _figure([], "", height=160, xaxis=dict(visible=False), yaxis=dict(visible=False),
+    # the plot area must keep a positive height under _figure's margins (160 px left 25 px, and
+    # Plotly threw "Something went wrong with axis scaling" replacing a bar chart with it)
+    return _figure([], "", height=240, xaxis=dict(visible=False, range=[0, 1]),
+                   yaxis=dict(visible=False, range=[0, 1]),
                    annotations=[dict(text=escape.plot(message), showarrow=False, x=0.5, y=0.5, xref="paper",
                                      yref="paper", font=dict(size=14, color="#555"))])
 
@@ -346,10 +358,13 @@ def budget_plot(options: list[dict], knee, title: str) -> Figure:
                  dict(type="scatter", x=[knee, knee], y=[0, 100], mode="lines", xaxis="x2", yaxis="y3",
                       line=knee_line, showlegend=False, hoverinfo="skip")]
     ticks = dict(type="log", tickvals=xs, ticktext=[f"{x:,}" for x in xs])
-    return _figure(data, title, "GPUs (log)", "days to train (log)", height=560,
+    days_axis, cost_axis = _value_axis(days), _value_axis(cost)
+    days_title = "days to train (log)" if days_axis["type"] == "log" else "days to train"
+    cost_title = "cost ($, log)" if cost_axis["type"] == "log" else "cost ($)"
+    return _figure(data, title, "GPUs (log)", days_title, height=560,
                    xaxis=dict(ticks, anchor="y", domain=[0, 1]),
-                   yaxis=dict(_log_axis(days), domain=[0.42, 1]),
-                   yaxis2=dict(_log_axis(cost), title=dict(text="cost ($, log)"), overlaying="y", side="right",
+                   yaxis=dict(days_axis, domain=[0.42, 1]),
+                   yaxis2=dict(cost_axis, title=dict(text=cost_title), overlaying="y", side="right",
                                showgrid=False),
                    xaxis2=dict(ticks, anchor="y3", matches="x", title=dict(text="GPUs (log)")),
                    yaxis3=dict(title=dict(text="%"), domain=[0, 0.3], range=[0, 105], anchor="x2"),

@@ -189,10 +189,11 @@ def _option(req: dict, gpus: int, gbs: int, found: tuple) -> dict:
 
 
 def _scaling(options: list) -> tuple:
-    """Fill each fitting option's efficiency and marginal efficiency; (knee GPUs, sentence)."""
+    """Fill each fitting option's efficiency and marginal efficiency; (knee GPUs, sentence, whether
+    a step past the knee was asked: else the knee GPUs are the largest size, where scaling still pays)."""
     fit = sorted((o for o in options if o["error"] is None), key=lambda o: o["gpus"])
     if not fit:
-        return None, ""
+        return None, "", False
     rate = lambda o: o["tokens_per_s_per_gpu"] * o["goodput"]        # noqa: E731 - useful tokens/s per GPU
     unit = rate(fit[0])
     knee, past = fit[-1], None
@@ -204,16 +205,16 @@ def _scaling(options: list) -> tuple:
             if past is None and o["marginal_efficiency"] < KNEE_MARGINAL:
                 knee, past = prev, o
     if len(fit) == 1:
-        return knee["gpus"], f"one cluster size: {knee['gpus']:,} GPUs."
+        return knee["gpus"], f"one cluster size: {knee['gpus']:,} GPUs.", False
     if past is None:
         return knee["gpus"], (f"Scaling still pays at {knee['gpus']:,} GPUs, the largest size asked: every step "
-                              f"adds at least {KNEE_MARGINAL:.0%} of a GPU's throughput per added GPU.")
+                              f"adds at least {KNEE_MARGINAL:.0%} of a GPU's throughput per added GPU."), False
     sooner = 1 - past["days"] / knee["days"]
     return knee["gpus"], (f"The knee is at {knee['gpus']:,} GPUs: going to {past['gpus']:,} adds "
                           f"{past['marginal_efficiency']:.0%} of a GPU's throughput per added GPU (efficiency vs "
                           f"linear {past['efficiency']:.0%}): the run takes "
                           f"{past['gpu_hours'] / knee['gpu_hours'] - 1:.0%} more GPU-hours "
-                          + (f"to finish {sooner:.0%} sooner." if sooner > 0 else "and finishes later."))
+                          + (f"to finish {sooner:.0%} sooner." if sooner > 0 else "and finishes later.")), True
 
 
 def budget_answer(request, workers: int = 1) -> dict:
@@ -232,7 +233,7 @@ def budget_answer(request, workers: int = 1) -> dict:
         raise ConfigError(f"{model.name} trains on none of the cluster sizes asked "
                           f"({', '.join(f'{n:,}' for n in req['gpus'])} GPUs): at {largest['gpus']:,}, "
                           + largest["error"])
-    knee, sentence = _scaling(options)
+    knee, sentence, past_knee = _scaling(options)
     fitting = [o for o in options if o["error"] is None]
     ramp = "gbs at the smallest size, doubled with the cluster up to max_batch_tokens"
     notes = [f"global batch: {ramp if 'max_batch_tokens' in req else 'gbs at every size'}",
@@ -242,7 +243,7 @@ def budget_answer(request, workers: int = 1) -> dict:
              f"cost: GPU-hours x {req['price_per_gpu_hour']:g} per GPU-hour"]
     return {"model": model.name, "params": model.total_params, "tokens": req["tokens"], "seq": req["seq"],
             "gpu": parse_hardware(req["hardware"]).gpu.name, "price_per_gpu_hour": req["price_per_gpu_hour"],
-            "options": options, "knee_gpus": knee, "knee": sentence,
+            "options": options, "knee_gpus": knee, "knee": sentence, "past_knee": past_knee,
             "fastest_gpus": min(fitting, key=lambda o: o["days"])["gpus"],
             "cheapest_gpus": min(fitting, key=lambda o: o["gpu_hours"])["gpus"], "notes": notes}
 

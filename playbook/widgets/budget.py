@@ -58,8 +58,8 @@ def compute(v: dict):
     cheapest = min(fit, key=lambda o: o["gpu_hours"])
     lines = [f"**{ans['tokens'] / 1e12:,.3g}T tokens of {ans['model']}** ({ans['params'] / 1e9:,.0f}B parameters) on "
              f"{ans['gpu']}: fastest on **{fastest['gpus']:,} GPUs, {fastest['days']:,.1f} days** "
-             f"({fastest['gpu_hours'] / 1e6:,.3g}M GPU-hours, cost ${fastest['cost']:,.0f}); cheapest on "
-             f"{cheapest['gpus']:,} GPUs, {cheapest['days']:,.1f} days ({cheapest['gpu_hours'] / 1e6:,.3g}M GPU-hours, "
+             f"({hours(fastest['gpu_hours'])} GPU-hours, cost ${fastest['cost']:,.0f}); cheapest on "
+             f"{cheapest['gpus']:,} GPUs, {cheapest['days']:,.1f} days ({hours(cheapest['gpu_hours'])} GPU-hours, "
              f"cost ${cheapest['cost']:,.0f}). {escape.md(ans['knee'], 600)}",
              "", "| GPUs | batch | layout | tokens/s/GPU | goodput | days | GPU-hours |", "|---" * 7 + "|"]
     for o in ans["options"]:
@@ -67,11 +67,16 @@ def compute(v: dict):
             lines.append(f"| {o['gpus']:,} | {o['gbs']:,} | {escape.md(o['error'], 300)} | | | | |")
         else:
             lines.append(f"| {o['gpus']:,} | {o['gbs']:,} | `{o['plan']}` | {o['tokens_per_s_per_gpu']:,.0f} | "
-                         f"{o['goodput']:.1%} | {o['days']:,.1f} | {o['gpu_hours'] / 1e6:,.3g}M |")
+                         f"{o['goodput']:.1%} | {o['days']:,.1f} | {hours(o['gpu_hours'])} |")
     lines.append("\nGoodput: failures restart the whole job from its last checkpoint, taken at the Young/Daly "
                  "interval; not in the time: batch ramp-up, evaluation, ablations.")
     title = f"{ans['model']}: {ans['tokens'] / 1e12:,.3g}T tokens on {ans['gpu']}"
-    return budget_plot(ans["options"], ans["knee_gpus"], title), "\n".join(lines)
+    return budget_plot(ans["options"], ans["knee_gpus"] if ans["past_knee"] else None, title), "\n".join(lines)
+
+
+def hours(h: float) -> str:
+    """GPU-hours as a reader takes them in: 2.66M, 26,600, 266 (not 0.0266M)."""
+    return f"{h / 1e6:,.3g}M" if h >= 1e6 else f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
 def build(wid: str, params: dict) -> Widget:

@@ -1,0 +1,27 @@
+"""The budget widget's chart and text read right at the edges: a short run on a few GPUs (cost
+flat to 0.1%), scaling that still pays at the largest size, GPU-hours in the thousands."""
+from playbook.widgets import budget
+
+
+def _values(**kw) -> dict:
+    v = {key: default for key, (_, default) in budget.CONTROLS.items()}
+    v.update(kw)
+    return v
+
+
+def test_a_flat_cost_is_drawn_on_a_linear_axis_and_no_knee_is_claimed():
+    fig, text = budget.compute(_values(tokens=0.1, smallest=8, largest=64, gbs=512))
+    layout = fig.layout
+    # cost barely moves from 8 to 64 GPUs: a log axis would stretch it over the plot's height
+    assert layout["yaxis2"]["type"] == "linear" and "log" not in layout["yaxis2"]["title"]["text"]
+    # the days do span a decade: log there
+    assert layout["yaxis"]["type"] == "log"
+    # no knee in the sizes asked: the chart draws none (it used to mark the largest size as one)
+    assert "Scaling still pays at 64 GPUs" in text
+    assert not any(str(t.get("name", "")).startswith("knee") for t in fig.data)
+    # GPU-hours under a million are written out, not as 0.00266M
+    assert "0.0" not in text.split("GPU-hours")[0] and "M GPU-hours" not in text.split("\n")[0]
+
+
+def test_hours_read_as_a_reader_takes_them():
+    assert budget.hours(2.66e6) == "2.66M" and budget.hours(26_600) == "26,600" and budget.hours(26.6) == "26.6"
