@@ -70,7 +70,9 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
     kind = cfg.get("model_type")
     if not isinstance(kind, str) or kind not in SUPPORTED:
         raise ConfigError(f"config.json model_type {show(kind)} is not supported; supported: {', '.join(SUPPORTED)}. "
-                          "Enter the shape by hand (layers, hidden, heads, kv_heads, ffn, vocab) instead")
+                          "Describe the shape as a llama one instead: model_type \"llama\" with num_hidden_layers, "
+                          "hidden_size, num_attention_heads, num_key_value_heads, intermediate_size and vocab_size "
+                          "(head_dim where it is not hidden_size / heads)")
     f = _Fields(cfg)
     name = name or _name(cfg, kind)
     if kind == "gpt2":
@@ -89,8 +91,7 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
     else:
         args = _llama_like(f, kind)
     if f.missing:
-        f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s) "
-                             "or enter the shape by hand")
+        f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
         raise ConfigError(f.problems)
     try:

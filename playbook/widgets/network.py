@@ -62,6 +62,11 @@ def roof_compute(v: dict):
     from calculators.time.compute import gemm_time
     from calculators.specs.frameworks import fused_matmuls
     model, cluster, par = scenario_from(v)
+    kv = model.kv_heads if model.mla is None else model.heads
+    if model.heads % par.tp or kv % par.tp:
+        valid = [t for t in range(1, 65) if model.heads % t == 0 and kv % t == 0]
+        raise ConfigError(f"tp={par.tp} must divide heads={model.heads} and kv_heads={kv} (each TP rank owns "
+                          f"whole heads); try tp in {valid}")
     gpu, prof = cluster.gpu, default_profile(cluster.gpu.name)
     T = par.mbs * par.seq / par.cp
     points = []

@@ -6,7 +6,9 @@ import gradio as gr
 
 from calculators.memory.estimate import estimate_memory
 from calculators.time.host import EXPERT_LOOP_FP8_MS, expert_loop_host
+from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step
+from playbook import escape
 from playbook.plots import breakdown_bar
 
 from playbook.values import scenario_from
@@ -28,10 +30,18 @@ def compute(v: dict):
             f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
             f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU and HFU are over the dense BF16 peak, "
             f"FP8 runs too, so FP8's speed-up shows as a higher MFU. Attention: {step.attention}.")
+    host = step.breakdown.get("host_bound", 0.0)
+    if host > 0.05 * step.time_s and not any(expert_loop_host(model, par, True)):
+        text += (f" The GPU waits {host:.2f} s ({host / step.time_s:.0%} of the step) for the host to issue its "
+                 f"kernels: a layer takes at least {default_profile(cluster.gpu.name).host_ms_per_layer:g} ms of "
+                 "CPU time per micro-batch (fitted on nanotron's eager runs), more than the GPU's work here; larger "
+                 "micro-batches, fewer TP ranks or CUDA graphs hide it.")
     if any(expert_loop_host(model, par, True)):
         local = model.moe.experts // par.ep
         text += (f" Host bound includes the experts' FP8 loop: {local} local experts x {EXPERT_LOOP_FP8_MS} ms per "
                  "MoE layer and micro-batch (fitted on Megatron-Bridge's runs; experts `fused` removes it).")
+    if mem.warnings:
+        text += " " + " ".join(f"Note: {escape.md(w, 400)}." for w in mem.warnings)
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text
 
 
