@@ -13,7 +13,9 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402  (reads the settings above)
 
-from playbook import ui  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
+
+from playbook import serve, ui  # noqa: E402
 from playbook.url import HEAD  # noqa: E402
 
 CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
@@ -32,17 +34,24 @@ CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
 
 
 def build_app() -> gr.Blocks:
-    demo = gr.Blocks(title="LLM training playbook")
+    demo = gr.Blocks(title="LLM training playbook", delete_cache=serve.DELETE_CACHE)
     demo.playbook_widgets = ui.build(demo)            # kept for the tests: each widget's controls and outputs
     # Gradio queues every event; each widget sets its own concurrency (widgets.CONCURRENCY), so no
-    # demo.queue(...) call: it would build Gradio's web app once more (half a second of the start)
+    # demo.queue(...) call: it would build Gradio's web app once more (half a second of the start).
+    # The queue Blocks made gets its bound here instead (serve.QUEUE_MAX).
+    demo._queue.max_size = serve.QUEUE_MAX
     return demo
+
+
+def launch_options() -> dict:
+    """What `python app.py` passes to launch() beyond the address (playbook/serve.py's bounds)."""
+    return dict(theme=gr.themes.Soft(), head=HEAD, css=CSS, max_file_size=serve.MAX_UPLOAD_BYTES,
+                app_kwargs={"middleware": [Middleware(serve.BodyLimit)]},
+                # the app keeps no per-visitor state; Gradio's default keeps 10,000 sessions'
+                # copies of the page's config (about 0.6 MB each, measured): 6 GB on a public Space
+                state_session_capacity=100)
 
 
 if __name__ == "__main__":
     build_app().launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                       server_port=int(os.environ.get("GRADIO_SERVER_PORT", 7860)),
-                       theme=gr.themes.Soft(), head=HEAD, css=CSS,
-                       # the app keeps no per-visitor state; Gradio's default keeps 10,000 sessions'
-                       # copies of the page's config (about 0.6 MB each, measured): 6 GB on a public Space
-                       state_session_capacity=100)
+                       server_port=int(os.environ.get("GRADIO_SERVER_PORT", 7860)), **launch_options())

@@ -60,7 +60,9 @@ def _server_rows(sources: tuple) -> tuple[list, list]:
 def _upload_rows(upload: tuple) -> tuple[list, list]:
     with open(upload[0], "rb") as fh:
         got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload", max_rows=MAX_UPLOAD_ROWS)
-    return [dict(r, source=r.get("source") or "your upload") for r in got.rows], got.problems
+    problems = got.problems if got.rows or got.problems else ["your upload: no result rows in it (a results file "
+                                                             "holds one JSON object a line, as the harness writes)"]
+    return [dict(r, source=r.get("source") or "your upload") for r in got.rows], problems
 
 
 def _value(row, metric):

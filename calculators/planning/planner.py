@@ -219,17 +219,20 @@ class _Search:
         stage where nothing fits ends the ZeRO loop."""
         sp = self.space
         schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing()))
+        # a recompute level that does not fit one micro-batch size fits no larger one (every rank's
+        # activations grow with it) but under FSDP2, whose one micro-batch per step holds less
+        monotone = self.framework != "fsdp2"
         for precision in sp["precision"]:
             for schedule in schedules:
                 for vpp in (sp["vpp"] if schedule == "interleaved" else [1]):
                     for zero in self.zero_stages(base.dp, base.cp, base.pp):
-                        fitted, skip_to = False, 0
+                        fitted, skip_to, failed = False, 0, set()
                         for mbs in sorted(sp["mbs"]):
                             if self.gbs % (base.dp * mbs) or mbs < skip_to:
                                 continue
                             par = derive(base, schedule=schedule, vpp=vpp, mbs=mbs, zero=zero, precision=precision,
                                          split=self.virtual_split(base.pp, vpp))
-                            if not self._least_recompute(par):
+                            if not self._least_recompute(par, failed if monotone else set()):
                                 skip_to = one_microbatch(par, sp["mbs"]) or 0
                                 if not skip_to:
                                     break
@@ -241,14 +244,24 @@ class _Search:
     def virtual_split(self, p: int, v: int) -> tuple:
         return virtual_split(self.model.layers, p, v, self.framework)
 
-    def _least_recompute(self, par) -> bool:
+    def _least_recompute(self, par, failed: set) -> bool:
         """Score `par` with the least recompute that fits; False when even the most does not.
-        When that needs recompute on a pipeline, also score recompute per rank."""
+        When that needs recompute on a pipeline, also score recompute per rank. `failed`: the
+        levels known not to fit (a smaller micro-batch's), skipped and added to."""
         levels = self.space["recompute"]
         frugal = self._fitting(par if par.recompute == levels[-1] else derive(par, recompute=levels[-1]))
         if frugal is None:
             return False
-        best = next((c for c in (self._fitting(derive(par, recompute=lv)) for lv in levels[:-1]) if c), frugal)
+
+        def fitting(lv):
+            if lv in failed:
+                return None
+            candidate = derive(par, recompute=lv)
+            found = self._fitting(candidate)
+            if found is None and self._out_of_memory(candidate):
+                failed.add(lv)
+            return found
+        best = next((c for c in map(fitting, levels[:-1]) if c), frugal)
         self.scored.append((self.score(best), best))
         if best.recompute != "none" and par.pp == 1 and self.framework == "megatron":
             # activations offloaded instead of recomputed, with the fewest layers that fit
@@ -262,6 +275,15 @@ class _Search:
         if mixed is not None:
             self.scored.append((self.score(mixed), mixed))
         return True
+
+    def _out_of_memory(self, par) -> bool:
+        """Whether `par` is out of memory on every split the planner would try (not a layout error,
+        which a larger micro-batch may not have, nor a rebalancing left untried)."""
+        mem = self.memory(par)
+        if isinstance(mem, ConfigError) or mem.fits:
+            return False
+        return (not self.uneven or par.pp == 1 or par.vpp > 1 or par.schedule == "dualpipe"
+                or mem.sum_gib > par.pp * mem.usable_gib)
 
     def _per_rank(self, par):
         """Each pipeline rank with the least recompute that fits it (1F1B's first ranks hold more
@@ -369,6 +391,16 @@ def _rebalanced(search, par):
     return replace(par, split=split) if split and split != even else None
 
 
+# Bytes a parameter needs at the least, fully sharded: an FP8 weight (1), a bf16 gradient (2) and
+# Adam's two moments in bf16 (4), no master (the most frugal layout any framework here runs).
+MIN_STATE_BYTES = 7
+
+
+def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec) -> float:
+    """GiB a GPU holds at the least: the model's state sharded over every GPU, no activations."""
+    return MIN_STATE_BYTES * model.total_params / cluster.world / 2**30
+
+
 def _impossible(search) -> tuple[str, int]:
     """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
     model, cluster = search.model, search.cluster
@@ -389,6 +421,8 @@ def _impossible(search) -> tuple[str, int]:
     for nodes in counts:
         limits.check_time()
         bigger = replace(cluster, nodes=nodes)
+        if _state_floor_gib(model, bigger) > usable_fraction(search.framework) * cluster.gpu.memory_gib:
+            continue                  # its weights, gradients and optimizer state alone do not fit: no search
         fit = _Search(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
         if fit is not None:
             return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "

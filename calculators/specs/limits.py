@@ -76,13 +76,16 @@ OPTIMAL = {"flops": (1.0, 1e30), "gpu_hours": (1e-3, 1e10), "params": (1e3, 1e15
 _DEADLINE: contextvars.ContextVar = contextvars.ContextVar("calculators_deadline", default=None)
 
 
+NARROW = "fewer nodes, constraints on tp, pp or mbs, a smaller batch"
+
+
 @contextlib.contextmanager
-def time_budget(seconds: float, what: str = "this request"):
-    """Run the block under a time budget: `check_time` inside it raises once it is spent. A
-    budget inside another keeps the earlier deadline."""
+def time_budget(seconds: float, what: str = "this request", narrow: str = NARROW):
+    """Run the block under a time budget: `check_time` inside it raises once it is spent, saying
+    how to `narrow` the request. A budget inside another keeps the earlier deadline."""
     outer = _DEADLINE.get()
     end = time.monotonic() + seconds
-    token = _DEADLINE.set((end, seconds, what) if outer is None or end < outer[0] else outer)
+    token = _DEADLINE.set((end, seconds, what, narrow) if outer is None or end < outer[0] else outer)
     try:
         yield
     finally:
@@ -93,9 +96,8 @@ def check_time() -> None:
     """Raise ConfigError when the current time budget is spent (no budget: never)."""
     deadline = _DEADLINE.get()
     if deadline is not None and time.monotonic() > deadline[0]:
-        _, seconds, what = deadline
-        raise ConfigError(f"{what} took longer than its {seconds:g} s budget; narrow it (fewer nodes, constraints "
-                          "on tp, pp or mbs, a smaller batch) and ask again")
+        _, seconds, what, narrow = deadline
+        raise ConfigError(f"{what} took longer than its {seconds:g} s budget; narrow it ({narrow}) and ask again")
 
 
 def remaining() -> float | None:

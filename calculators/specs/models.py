@@ -150,7 +150,17 @@ class ModelSpec:
     def moe_layers_in(self, layers) -> int:
         if self.moe is None:
             return 0
-        return sum(self.is_moe_layer(i) for i in layers)
+        key = tuple(layers)
+        counts = self._moe_counts
+        if key not in counts:          # the planner asks for the same ranks' layers thousands of times
+            if len(counts) > 4096:
+                counts.clear()
+            counts[key] = sum(self.is_moe_layer(i) for i in key)
+        return counts[key]
+
+    @cached_property
+    def _moe_counts(self) -> dict:
+        return {}
 
     @cached_property
     def moe_layers(self) -> int:

@@ -40,6 +40,7 @@ class Widget:
     note: object = None                              # the Markdown output that carries messages
     concurrency: int = 4                             # calls the server runs at once (the rest queue)
     budget_s: float = 0.0                            # seconds one call may compute; 0: WIDGET_BUDGET_S
+    narrow: str = limits.NARROW                      # how to ask for less when that is spent (its own controls)
 
 
 # name, component factory, default. Factories take the value.
@@ -231,7 +232,7 @@ def problem_text(exc: Exception) -> str:
 WIDGET_BUDGET_S = 10.0           # seconds one widget call may compute (the planner is the only long one)
 
 
-def guard(n_outputs: int, seconds: float = WIDGET_BUDGET_S):
+def guard(n_outputs: int, seconds: float = WIDGET_BUDGET_S, narrow: str = limits.NARROW):
     """Wrap a handler: bad input -> (None, ..., message) in place of a traceback; the call runs
     under `seconds` (limits.time_budget), so no search outlives its request. The message is
     always the last output."""
@@ -239,12 +240,22 @@ def guard(n_outputs: int, seconds: float = WIDGET_BUDGET_S):
         @functools.wraps(fn)
         def inner(*args):
             try:
-                with limits.time_budget(seconds, "this widget"):
+                with limits.time_budget(seconds, "this widget", narrow):
                     return fn(*args)
             except Exception as exc:                 # never a stack trace in the page
                 return (*([None] * (n_outputs - 1)), problem_text(exc))
         return inner
     return wrap
+
+
+def _lenient(comp, preprocess):
+    """`comp`'s Gradio preprocess for a value it offers; any other value passes through untouched,
+    for the handler to name the control and what to change (control_problem). Gradio's own checks
+    answered with no message (a string in a slider), without the control's name, or with the whole
+    value quoted back (a 60 MB dropdown value held until read), and took `true` for 1."""
+    def inner(payload):
+        return payload if control_problem(comp, payload) else preprocess(payload)
+    return inner
 
 
 def wire(w: Widget, fn, outputs: list) -> Widget:
@@ -257,7 +268,10 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
         if problems:
             raise ConfigError(problems)
         return fn({**w.defaults, **dict(zip(keys, vals))})
-    w.handler = guard(len(outputs), w.budget_s or WIDGET_BUDGET_S)(handler)
+    w.handler = guard(len(outputs), w.budget_s or WIDGET_BUDGET_S, w.narrow)(handler)
+    for comp in w.controls.values():
+        if isinstance(comp, (gr.Dropdown, gr.Radio, gr.Checkbox, gr.Slider, gr.Number)):
+            comp.preprocess = _lenient(comp, comp.preprocess)
     w.outputs = outputs
     w.plot, w.note = w.plot or outputs[0], outputs[-1]
     for key, comp in w.controls.items():              # stable handles for the browser test

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from calculators.specs import limits
+from calculators.specs.errors import ConfigError
 from calculators.planning.budget import budget_answer
 from calculators.planning.goodput import FAILURES_PER_GPU_DAY
 from calculators.specs.hardware import GPU_PRESETS
@@ -47,6 +48,11 @@ def request(v: dict) -> dict:
            "price_per_gpu_hour": float(v["price"]), "failures_per_gpu_day": FAILURES[v["failures"]],
            "checkpoint_gbps": float(v["storage"])}
     if RAMP[v["ramp"]] is not None:
+        top = limits.BUDGET["max_batch_tokens"][1]
+        if req["gbs"] * req["seq"] > top:
+            raise ConfigError(f"global batch x sequence length is {req['gbs'] * req['seq']:,} tokens; with the "
+                              f"batch growing the most it may be is {top:,}: lower the global batch or the sequence "
+                              "length, or keep the batch fixed")
         req["max_batch_tokens"] = max(RAMP[v["ramp"]], req["gbs"] * req["seq"])
     return req
 
@@ -87,4 +93,6 @@ def build(wid: str, params: dict) -> Widget:
     # one search at a time, as the planner's: a size not yet planned holds a core for up to seconds
     # one call plans every cluster size of the range (DeepSeek-V3 from 512 to 8,192 GPUs: about 11 s
     # on a 2-core machine); one at a time, so a visitor cannot hold more than one worker with it
-    return wire(Widget(wid, controls, defaults, concurrency=1, budget_s=BUDGET_WIDGET_S), compute, [plot, text])
+    narrow = "a narrower range between the smallest and the largest cluster, a smaller model"
+    return wire(Widget(wid, controls, defaults, concurrency=1, budget_s=BUDGET_WIDGET_S, narrow=narrow), compute,
+                [plot, text])

@@ -69,10 +69,14 @@ def test_hostile_requests_get_clear_answers_and_the_server_stays_small(served, w
                               "vocab_size": 1000})
     cases = [("memory_1_1", {"config": huge_config}, "num\\_hidden\\_layers must be from 1 to 1,024"),
              ("step_14_1", {"config": huge_config}, "num\\_hidden\\_layers must be from 1 to 1,024"),
-             # out of a control's range: Gradio's own check answers first ("Value ... is greater than
-             # maximum value 131072."), as an error event; in process, ours names the control
-             ("planner_11_1", {"nodes": 10**9}, "131072"),
-             ("planner_11_1", {"gbs": 10**12}, "16777216"),
+             # out of a control's range, of the wrong type, or not one it offers: the app's check
+             # names the control (Gradio's own answered without its name, or with no message at all
+             # for a string in a slider, and took true for 1)
+             ("planner_11_1", {"nodes": 10**9}, "nodes \\(8 GPUs each\\) must be a whole number from 1"),
+             ("planner_11_1", {"gbs": 10**12}, "global batch \\(sequences\\) must be a whole number"),
+             ("planner_11_1", {"gbs": True}, "got True"),
+             ("planner_11_1", {"model": "Z" * 10_000}, "model preset must be one of"),
+             ("schedule_6_1", {"p": "8"}, "p \\(pipeline ranks\\) must be a whole number"),
              ("memory_1_1", {"config": evil_config}, "&lt;img")]
     for w in widgets:                              # every text box given a server path
         for key in (k for k, c in w.controls.items() if type(c).__name__ == "Textbox"):
@@ -93,6 +97,14 @@ def test_hostile_requests_get_clear_answers_and_the_server_stays_small(served, w
     before = rss_mib(proc.pid)
     with MemoryWatch(proc.pid) as memory:
         asyncio.run(run())
+        # a body over serve.MAX_BODY_BYTES, or an upload over MAX_UPLOAD_BYTES, is refused before it
+        # is read (a 60 MB dropdown value used to be held until its answer was read)
+        planner = by_id["planner_11_1"]
+        big = httpx.post(f"{url}gradio_api/call/planner_11_1", timeout=30,
+                         json={"data": args_with(planner, model="Z" * 5_000_000), "session_hash": "big"})
+        assert big.status_code == 413, big.status_code
+        upload = httpx.post(f"{url}gradio_api/upload", files={"files": ("r.jsonl", b"\n" * (33 * 2**20))}, timeout=60)
+        assert upload.status_code == 413, upload.status_code
     assert memory.peak < MEMORY_CAP_MIB, (before, memory.peak)
 
 

@@ -1,0 +1,70 @@
+"""What the public server allows one request, one upload and the queue: bounds a visitor cannot
+raise, so no request can hold the server's memory or disk (app.py passes them to Gradio).
+
+- a request body: at most MAX_BODY_BYTES (the largest widget value is a pasted config.json of
+  MAX_CONFIG_CHARS characters), an upload at most MAX_UPLOAD_BYTES and a little for its form;
+  larger ones get 413 before their body is read. Without it one call carried a 60 MB dropdown
+  value, which Gradio kept in memory until the answer was read;
+- uploaded files: at most MAX_UPLOAD_BYTES each (Gradio's max_file_size), deleted an hour after
+  they came (Gradio's delete_cache): they are served back to anyone who has their path;
+- the queue: at most QUEUE_MAX events waiting across all widgets; beyond it Gradio answers
+  "queue full" instead of holding one more request.
+"""
+from __future__ import annotations
+
+from playbook.measured import MAX_UPLOAD_BYTES
+from playbook.values import MAX_CONFIG_CHARS
+
+MAX_BODY_BYTES = 8 * MAX_CONFIG_CHARS          # 2 MiB: a config.json even with every character escaped
+UPLOAD_PATH = "/gradio_api/upload"
+MAX_UPLOAD_BODY = MAX_UPLOAD_BYTES + 2**20     # the file and its multipart form
+QUEUE_MAX = 256
+DELETE_CACHE = (600, 3600)                     # every 10 minutes, files older than an hour
+
+
+class BodyLimit:
+    """ASGI middleware: a request whose body is over its path's limit gets 413, whether it says
+    its length (Content-Length) or streams it (counted as it comes)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        cap = MAX_UPLOAD_BODY if scope.get("path", "").endswith(UPLOAD_PATH) else MAX_BODY_BYTES
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > cap:
+            return await _too_large(send, cap)
+        seen, started = 0, False
+
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > cap:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLarge:
+            if not started:
+                await _too_large(send, cap)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(send, cap: int) -> None:
+    body = f"request body over {cap:,} bytes".encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
