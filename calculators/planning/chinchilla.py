@@ -2,19 +2,19 @@
 lowest loss (Chinchilla), and what a smaller model trained longer, cheaper to serve, costs.
 
 Hoffmann et al. 2022, Training Compute-Optimal Large Language Models (arXiv 2203.15556), Approach
-3 (section 3.3): the final loss of a model of N parameters trained on D tokens, fitted as
+3 (section 3.3), fitted the final loss of a model of N parameters trained on D tokens as
+L(N, D) = E + A / N^α + B / D^β. Its printed constants (E = 1.69, A = 406.4, B = 410.7, α = 0.34,
+β = 0.28) are rounded in a way that biases the fit: at Chinchilla's own budget (Gopher's, 5.76e23
+FLOPs) they give 32B parameters on 3.0T tokens, where the paper trained Chinchilla at 70B on 1.4T,
+the 20 tokens per parameter of its Approaches 1 and 2. Besiroglu et al. 2024 (Chinchilla Scaling:
+A replication attempt, arXiv 2404.10102) refitted Approach 3 on the paper's own runs (240 points
+read from its Figure 4): E = 1.8172, A = 482.01, B = 2085.43, α = 0.3478, β = 0.3658, used here.
+Minimised under the budget C = 6 N D (FLOPs) at
 
-    L(N, D) = E + A / N^α + B / D^β,   E = 1.69, A = 406.4, B = 410.7, α = 0.34, β = 0.28,
+    N_opt = G (C/6)^(β/(α+β)),   D_opt = (C/6) / N_opt,   G = (α A / (β B))^(1/(α+β)),
 
-minimised under the budget C = 6 N D (FLOPs) at
-
-    N_opt = G (C/6)^(β/(α+β)),   D_opt = (C/6) / N_opt,   G = (α A / (β B))^(1/(α+β)).
-
-With these constants N_opt grows as C^0.45 and D_opt as C^0.55. At Chinchilla's own budget
-(Gopher's, 5.76e23 FLOPs) they give 32B parameters on 3.0T tokens, where the paper trained
-Chinchilla at 70B on 1.4T, the 20 tokens per parameter of its Approaches 1 and 2. Besiroglu et al.
-2024 (Chinchilla Scaling: A replication attempt) found that the constants as printed are rounded
-in a way that biases the fit's predictions. Read the answer as an order of magnitude.
+N_opt grows as C^0.51 and D_opt as C^0.49; at Chinchilla's budget 72B parameters on 1.3T tokens,
+the paper's model. The fit's corpus and budgets (up to 5.76e23 FLOPs) bound what it says.
 
 Over-training: a model f x N_opt reaches the optimum's loss L* after D' tokens, where
 B / D'^β = L* - E - A / (f N_opt)^α; it costs 6 f N_opt D' FLOPs to train and 2 f N_opt per token
@@ -30,9 +30,9 @@ from ..specs.errors import ConfigError
 from ..specs.hardware import GPUSpec
 from ..specs.validate import check_fields, number, show
 
-E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28
-SOURCE = ("Hoffmann et al. 2022, Training Compute-Optimal Large Language Models, Approach 3: "
-          "L = 1.69 + 406.4/N^0.34 + 410.7/D^0.28, C = 6ND")
+E, A, B, ALPHA, BETA = 1.8172, 482.01, 2085.43, 0.3478, 0.3658
+SOURCE = ("Hoffmann et al. 2022's Approach 3 as Besiroglu et al. 2024 refitted it: "
+          "L = 1.8172 + 482.01/N^0.3478 + 2085.43/D^0.3658, C = 6ND")
 G = (ALPHA * A / (BETA * B)) ** (1 / (ALPHA + BETA))
 MFU = 0.40                       # Llama 3 405B: 38 to 43% BF16 MFU (Dubey et al. 2024, Table 4)
 SMALLER = (0.5, 0.25, 0.1)       # default fractions of N_opt to compare

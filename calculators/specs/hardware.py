@@ -100,6 +100,7 @@ GPU_PRESETS = {name: replace(g, host_gbps=_HOST_GBPS[name]) for name, g in GPU_P
 # The H800 is an H100 but for its NVLink, so it runs Hopper's kernels.
 HOPPER = ("H100-80GB", "H200-141GB", "H800")
 BLACKWELL = ("B200", "GB200", "GB300")
+AMD = ("MI300X",)
 
 
 def gpu_from_name(name: str) -> GPUSpec:

@@ -4,7 +4,7 @@ and the element-wise ops, and what the loss's kernels move and keep. `parallel.a
 the time and memory models ask here."""
 from __future__ import annotations
 
-from .hardware import BLACKWELL
+from .hardware import AMD, BLACKWELL
 
 
 def attention_kernel(framework: str, gpu_name: str = "") -> str:
@@ -18,7 +18,11 @@ def attention_kernel(framework: str, gpu_name: str = "") -> str:
       2025-05-14, "Use cudnn backend on B200");
     - nanotron: FlashAttention-2 (the flash-attn package's flash_attn_varlen_func);
     - deepspeed (Hugging Face modules, attn_implementation sdpa or flash_attention_2): FlashAttention-2.
+    On AMD's MI300X every framework runs a FlashAttention-2 (ROCm's Composable Kernel port; there is
+    no cuDNN), costed as FA2 with MI300X's own measured rate (time/profiles.py).
     `parallel.attention` overrides it (fa2, fa3, cudnn)."""
+    if gpu_name in AMD:
+        return "fa2"
     if framework == "megatron" or (framework == "fsdp2" and gpu_name in BLACKWELL):
         return "cudnn"
     return "fa2"

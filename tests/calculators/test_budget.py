@@ -140,6 +140,9 @@ def test_checkpoint_size_matches_blooms_published_one():
 def test_chinchilla_optimum_and_over_training():
     n, d = chinchilla.optimal(5.76e23)
     assert 6 * n * d == pytest.approx(5.76e23)
+    # Besiroglu et al.'s refit lands on the paper's own model at its budget: 70B on 1.4T tokens (the
+    # printed constants gave 32B on 3.0T)
+    assert n == pytest.approx(70e9, rel=0.05) and d == pytest.approx(1.4e12, rel=0.06)
     for f in (0.8, 1.25):                          # the optimum's loss is the lowest on its iso-FLOP curve
         assert chinchilla.loss(n, d) < chinchilla.loss(f * n, d / f)
     assert chinchilla.flops_for(n) == pytest.approx(5.76e23)
