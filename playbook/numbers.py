@@ -36,11 +36,12 @@ def params(model: str) -> str:
 
 
 def memory(part: str = "total", **kw) -> str:
-    """GiB on the most loaded GPU: total, params, grads, optimizer, activations, resident."""
+    """GiB on the most loaded GPU: total, params, grads, optimizer, activations, resident, other
+    (the framework's buffers)."""
     est = estimate_memory(*scenario_from(_typed(kw)))
     d = est.as_dict()
     key = {"total": "total_gib", "params": "params_gib", "grads": "grads_gib", "optimizer": "optimizer_gib",
-           "activations": "activations_gib", "resident": "resident_gib"}[part]
+           "activations": "activations_gib", "resident": "resident_gib", "other": "other_gib"}[part]
     return f"{d[key]:.1f} GiB"
 
 
