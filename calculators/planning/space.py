@@ -8,7 +8,7 @@ from dataclasses import replace
 from ..memory.estimate import ddp_buckets, late_grads
 from ..specs import limits
 from ..specs.errors import ConfigError
-from ..specs.frameworks import LIMITS
+from ..specs.frameworks import DEFAULT_LIMITS, LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
@@ -113,6 +113,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
             raise ConfigError(f"plan constraints: {framework} does not run {knob} {outside}; it runs "
                               f"{knob} {list(runs)}: allow those, or plan for another framework")
         sp[knob] = [v for v in sp[knob] if v in runs]
+    for knob, runs in DEFAULT_LIMITS.get(framework, {}).items():
+        if knob not in constraints:            # named, they are planned (check_layout warns)
+            sp[knob] = [v for v in sp[knob] if v in runs]
     for v in sp["offload_modules"]:
         if v != "" and not offload_modules(v):
             problems.append(f"plan constraints: offload_modules must be Megatron's offload modules joined by '+' "

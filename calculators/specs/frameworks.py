@@ -41,12 +41,20 @@ ROLES = ("weights", "grads", "master", "optimizer")
 # Megatron-LM runs 1F1B and interleaved 1F1B; the planner also offers it ZB-H1 and DualPipeV as
 # the forks that add them do, and the export says so.
 LIMITS = {
-    # Megatron-Core's pipeline schedules: 1F1B and its interleaved form (pipeline_parallel/schedules.py's
-    # forward_backward_pipelining_{without,with}_interleaving); no zero-bubble, DualPipe or GPipe
-    "megatron": {"schedule": ("1f1b", "interleaved")},
     "nanotron": {"schedule": ("gpipe", "1f1b"), "zero": (0, 1), "cp": (1,)},
     "deepspeed": {"schedule": ("1f1b",)},
 }
+# What a framework runs that the planner keeps to unless the constraints name more: Megatron-Core's
+# pipeline schedules are 1F1B and its interleaved form (pipeline_parallel/schedules.py's
+# forward_backward_pipelining_{without,with}_interleaving), no zero-bubble, DualPipe or GPipe; asked
+# for, those are planned on Megatron's memory layout (DeepSeek-V3's DualPipe on its own stack is
+# modelled so), and the step and the export say Megatron-LM does not run them.
+DEFAULT_LIMITS = {"megatron": {"schedule": ("1f1b", "interleaved")}}
+
+
+def runs(framework: str, knob: str) -> tuple | None:
+    """The values of `knob` `framework` runs (LIMITS, DEFAULT_LIMITS); None: every value."""
+    return {**DEFAULT_LIMITS.get(framework, {}), **LIMITS.get(framework, {})}.get(knob)
 # DeepSpeed's pipeline engine refuses ZeRO-2/3 (its PipelineEngine asserts zero stage < 2).
 MAX_ZERO_WITH_PP = {"deepspeed": 1}
 

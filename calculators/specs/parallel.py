@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
-from .frameworks import LIMITS, MAX_ZERO_WITH_PP
+from .frameworks import MAX_ZERO_WITH_PP, runs
 from .knob_checks import check_megatron_knobs
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
@@ -301,9 +301,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
         p.append("nanotron's gradient layout (bf16 gradients summed in fp32) is fitted to its runs; leave "
                  "grad_dtype empty")
     check_megatron_knobs(p, w, model, cluster, par)
-    runs = LIMITS.get(par.framework, {}).get("schedule", (par.schedule,))
-    if pp > 1 and par.schedule not in runs:
-        w.append(f"{par.framework} has no {par.schedule!r} pipeline schedule (it runs {', '.join(runs)}): "
+    schedules = runs(par.framework, "schedule") or (par.schedule,)
+    if pp > 1 and par.schedule not in schedules:
+        w.append(f"{par.framework} has no {par.schedule!r} pipeline schedule (it runs {', '.join(schedules)}): "
                  "this step is costed with a schedule the framework cannot run")
     if pp > 1 and par.zero > MAX_ZERO_WITH_PP.get(par.framework, 3):
         p.append(f"{par.framework} does not combine ZeRO-{par.zero} with pipeline parallelism; use "
