@@ -3,14 +3,18 @@ raise, so no request can hold the server's memory or disk (app.py passes them to
 
 - a request body: at most MAX_BODY_BYTES (the largest widget value is a pasted config.json of
   MAX_CONFIG_CHARS characters), an upload at most MAX_UPLOAD_BYTES and a little for its form;
-  larger ones get 413 before their body is read. Without it one call carried a 60 MB dropdown
-  value, which Gradio kept in memory until the answer was read;
+  one that says a larger length gets 413 before its body is read, one that streams more is cut
+  off when it passes the limit (413 for an upload, whose begun files Gradio deletes; 400 from
+  FastAPI's body parser for a call). Without it one call carried a 60 MB dropdown value, which
+  Gradio kept in memory until the answer was read;
 - uploaded files: at most MAX_UPLOAD_BYTES each (Gradio's max_file_size), deleted an hour after
   they came (Gradio's delete_cache): they are served back to anyone who has their path;
 - the queue: at most QUEUE_MAX events waiting across all widgets; beyond it Gradio answers
   "queue full" instead of holding one more request.
 """
 from __future__ import annotations
+
+from starlette.formparsers import MultiPartException
 
 from playbook.measured import MAX_UPLOAD_BYTES
 from playbook.values import MAX_CONFIG_CHARS
@@ -49,7 +53,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > cap:
-                    raise _TooLarge()
+                    raise _TooLarge(cap)
             return message
 
         try:
@@ -59,8 +63,12 @@ class BodyLimit:
                 await _too_large(send, cap)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(MultiPartException):
+    """A multipart exception so that Gradio's upload route, reading a streamed form when the limit
+    is passed, deletes the files it had begun and answers 413 itself (it matches the message)."""
+
+    def __init__(self, cap: int = 0):
+        super().__init__(f"request body exceeds maximum allowed size of {cap:,} bytes")
 
 
 async def _too_large(send, cap: int) -> None:

@@ -152,11 +152,12 @@ class ModelSpec:
             return 0
         key = tuple(layers)
         counts = self._moe_counts
-        if key not in counts:          # the planner asks for the same ranks' layers thousands of times
+        count = counts.get(key)        # the planner asks for the same ranks' layers thousands of times
+        if count is None:
             if len(counts) > 4096:
                 counts.clear()
-            counts[key] = sum(self.is_moe_layer(i) for i in key)
-        return counts[key]
+            count = counts[key] = sum(self.is_moe_layer(i) for i in key)
+        return count
 
     @cached_property
     def _moe_counts(self) -> dict:

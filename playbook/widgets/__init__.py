@@ -248,14 +248,25 @@ def guard(n_outputs: int, seconds: float = WIDGET_BUDGET_S, narrow: str = limits
     return wrap
 
 
-def _lenient(comp, preprocess):
-    """`comp`'s Gradio preprocess for a value it offers; any other value passes through untouched,
-    for the handler to name the control and what to change (control_problem). Gradio's own checks
-    answered with no message (a string in a slider), without the control's name, or with the whole
-    value quoted back (a 60 MB dropdown value held until read), and took `true` for 1."""
-    def inner(payload):
-        return payload if control_problem(comp, payload) else preprocess(payload)
-    return inner
+def _lenient(preprocess):
+    """`preprocess` (a Gradio control class's) for a value the control offers; any other value
+    passes through untouched, for the handler to name the control and what to change
+    (control_problem). Gradio's own checks answered with no message (a string in a slider),
+    without the control's name, or with the whole value quoted back (a 60 MB dropdown value held
+    until read), and took `true` for 1."""
+    def lenient(self, payload):
+        return payload if control_problem(self, payload) else preprocess(self, payload)
+    lenient.lenient = True
+    return lenient
+
+
+# On the classes, not on each control: Gradio rebuilds a control from its class when an event
+# updates it (a link's settings, the preset's label), and the rebuilt one must stay lenient. A
+# subclass would do it too, but Gradio writes a .pyi file beside any module defining one. Every
+# event that takes these controls is a widget's (which checks them) or ignores a bad value.
+for _cls in (gr.Dropdown, gr.Radio, gr.Checkbox, gr.Slider, gr.Number):
+    if not getattr(_cls.preprocess, "lenient", False):
+        _cls.preprocess = _lenient(_cls.preprocess)
 
 
 def wire(w: Widget, fn, outputs: list) -> Widget:
@@ -269,9 +280,6 @@ def wire(w: Widget, fn, outputs: list) -> Widget:
             raise ConfigError(problems)
         return fn({**w.defaults, **dict(zip(keys, vals))})
     w.handler = guard(len(outputs), w.budget_s or WIDGET_BUDGET_S, w.narrow)(handler)
-    for comp in w.controls.values():
-        if isinstance(comp, (gr.Dropdown, gr.Radio, gr.Checkbox, gr.Slider, gr.Number)):
-            comp.preprocess = _lenient(comp, comp.preprocess)
     w.outputs = outputs
     w.plot, w.note = w.plot or outputs[0], outputs[-1]
     for key, comp in w.controls.items():              # stable handles for the browser test

@@ -229,3 +229,25 @@ def test_any_bytes_load_as_rows_or_problems(lines):
     got = results.load_bytes(b"\n".join(lines), "upload")
     assert all(results.row_problem(r) == "" for r in got.rows)
     assert len(got.problems) <= results.MAX_PROBLEMS + 1
+
+
+def test_every_control_passes_a_value_it_does_not_offer_to_the_widget_even_rebuilt(widgets):
+    """Gradio's own preprocess answered a string in a slider with no message, named no control and
+    took true for 1; the controls pass what they do not offer to the widget's check, which names
+    them. Also a control Gradio rebuilt from its class (an event updating it, as a link does)."""
+    kinds = (gr.Dropdown, gr.Radio, gr.Checkbox, gr.Slider, gr.Number)
+    seen = set()
+    for w in widgets:
+        for key, comp in w.controls.items():
+            if not isinstance(comp, kinds):
+                continue
+            args = {k: v for k, v in comp.constructor_args.items() if k != "render"}
+            for c in (comp, type(comp)(**args, render=False)):
+                for bad in ("Z" * 100, True if not isinstance(c, gr.Checkbox) else "yes", [1]):
+                    assert c.preprocess(bad) is bad, (w.wid, key, bad)
+                assert c.preprocess(w.defaults[key]) == w.defaults[key], (w.wid, key)
+            seen.add(type(comp))
+    assert seen == set(kinds)
+    w = next(w for w in widgets if w.wid.startswith("schedule_"))
+    message = call(w, [("8" if k == "p" else w.defaults[k]) for k in w.controls])[-1]
+    assert "p \\(pipeline ranks\\) must be a whole number" in message, message
