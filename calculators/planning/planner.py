@@ -28,7 +28,8 @@ from dataclasses import replace
 from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.validate import check_fields
-from .explain import Plan, PlanResult, Rejected, distinct, finalists, oom_reason, rejections, short, why
+from .explain import Plan, PlanResult, Rejected, distinct, finalists, oom_reason, rejections, why
+from .impossible import impossible
 from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
@@ -36,7 +37,7 @@ from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
-from .space import node_counts, one_microbatch, space, structures
+from .space import one_microbatch, space, structures
 from .split import balance_split
 from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
 
@@ -366,7 +367,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
     result = PlanResult(plans=ranked, rejected=rejections(search, ranked, leaders[top:top + 2]),
                         why=why(ranked[0], ranked[1]) if len(ranked) >= 2 else "", searched=search.count, seconds=0.0)
     if not ranked:
-        result.impossible, result.min_gpus = _impossible(search)
+        result.impossible, result.min_gpus = impossible(search)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -389,42 +390,3 @@ def _rebalanced(search, par):
                           usable_fraction(par.framework) * search.cluster.gpu.memory_gib)
     even = tuple(len(x) for x in stage_layers(search.model, par))
     return replace(par, split=split) if split and split != even else None
-
-
-# Bytes a parameter needs at the least, fully sharded: an FP8 weight (1), a bf16 gradient (2) and
-# Adam's two moments in bf16 (4), no master (the most frugal layout any framework here runs).
-MIN_STATE_BYTES = 7
-
-
-def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec) -> float:
-    """GiB a GPU holds at the least: the model's state sharded over every GPU, no activations."""
-    return MIN_STATE_BYTES * model.total_params / cluster.world / 2**30
-
-
-def _impossible(search) -> tuple[str, int]:
-    """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
-    model, cluster = search.model, search.cluster
-    frugal = [r for r in search.rejected if r.kind == "frugal_oom"]
-    if not frugal:
-        reasons = list(dict.fromkeys(r.reason for r in search.rejected))
-        return (f"no layout in the allowed space is valid for {model.name} on {cluster.world} GPUs: "
-                + "; ".join(reasons[:3]) + ("" if len(reasons) <= 3 else f"; and {len(reasons) - 3} more")
-                + ". Widen the constraints.", 0)
-    text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
-            f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
-            f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
-    closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
-    text += f"; the closest, {short(closest.par)}, is {oom_reason(peak_memory(model, cluster, closest.par))}"
-    counts = node_counts(cluster.nodes, cluster.gpus_per_node)
-    if not counts:
-        return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0
-    for nodes in counts:
-        limits.check_time()
-        bigger = replace(cluster, nodes=nodes)
-        if _state_floor_gib(model, bigger) > usable_fraction(search.framework) * cluster.gpu.memory_gib:
-            continue                  # its weights, gradients and optimizer state alone do not fit: no search
-        fit = _Search(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
-        if fit is not None:
-            return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "
-                    f"for example {short(fit)}.", bigger.world)
-    return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0

@@ -1,0 +1,51 @@
+"""When no layout fits: how close the closest came, and the smallest cluster that fits (the
+planner's answer in place of plans). Larger clusters are tried in turn with the same search,
+skipping those whose model state alone, sharded over every GPU, cannot fit."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..memory.estimate import peak_memory, usable_fraction
+from ..specs import limits
+from ..specs.hardware import ClusterSpec
+from ..specs.models import ModelSpec
+from .explain import oom_reason, short
+from .space import node_counts
+
+# Bytes a parameter needs at the least, fully sharded: an FP8 weight (1), a bf16 gradient (2) and
+# Adam's two moments in bf16 (4), no master (the most frugal layout any framework here runs).
+MIN_STATE_BYTES = 7
+
+
+def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec) -> float:
+    """GiB a GPU holds at the least: the model's state sharded over every GPU, no activations."""
+    return MIN_STATE_BYTES * model.total_params / cluster.world / 2**30
+
+
+def impossible(search) -> tuple[str, int]:
+    """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
+    model, cluster = search.model, search.cluster
+    frugal = [r for r in search.rejected if r.kind == "frugal_oom"]
+    if not frugal:
+        reasons = list(dict.fromkeys(r.reason for r in search.rejected))
+        return (f"no layout in the allowed space is valid for {model.name} on {cluster.world} GPUs: "
+                + "; ".join(reasons[:3]) + ("" if len(reasons) <= 3 else f"; and {len(reasons) - 3} more")
+                + ". Widen the constraints.", 0)
+    text = (f"{model.name} does not fit on {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name} with any "
+            f"layout in the allowed space, even the most frugal (ZeRO-{max(search.space['zero'])}, recompute "
+            f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
+    closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
+    text += f"; the closest, {short(closest.par)}, is {oom_reason(peak_memory(model, cluster, closest.par))}"
+    counts = node_counts(cluster.nodes, cluster.gpus_per_node)
+    if not counts:
+        return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0
+    for nodes in counts:
+        limits.check_time()
+        bigger = replace(cluster, nodes=nodes)
+        if _state_floor_gib(model, bigger) > usable_fraction(search.framework) * cluster.gpu.memory_gib:
+            continue                  # its weights, gradients and optimizer state alone do not fit: no search
+        fit = type(search)(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
+        if fit is not None:
+            return (f"{text}. The smallest cluster that fits has {nodes} nodes ({bigger.world} GPUs), "
+                    f"for example {short(fit)}.", bigger.world)
+    return f"{text}. Nothing up to {counts[-1]} nodes fits either: shorten seq or lower gbs.", 0
