@@ -83,6 +83,22 @@ def parse(text: str, where: str = "chapter") -> Chapter:
                    meta.get("tab", title).strip())
 
 
+def widget_id(name: str, order: int, n: int) -> str:
+    """A widget's id (its settings' key in the URL, its API name): its name, its chapter's order and
+    its place among the chapter's segments, text and widgets counted alike (`step_14_1`)."""
+    return f"{name}_{order}_{n}"
+
+
+def find_widget(chapters, slug: str, name: str) -> tuple[Chapter, str, dict]:
+    """(chapter, widget id, params) of the one `name` widget on chapter `slug`'s page, so that a
+    link to it follows the book when chapters are renumbered; ValueError when there is none or more."""
+    found = [(ch, widget_id(name, ch.order, n), seg[2]) for ch in chapters if ch.slug == slug
+             for n, seg in enumerate(ch.segments) if seg[0] == "widget" and seg[1] == name]
+    if len(found) != 1:
+        raise ValueError(f"chapter {slug!r} must hold exactly one {name} widget (found {len(found)})")
+    return found[0]
+
+
 def _render(folder: Path) -> tuple[Chapter, ...]:
     out = [parse(p.read_text(), str(p.name)) for p in sorted(folder.glob("*.md"))]
     return tuple(sorted(out, key=lambda c: c.order))

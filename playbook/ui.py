@@ -56,7 +56,7 @@ def _chapter(demo: gr.Blocks, ch, home: str, slugs: list) -> list:
             _, name, params = seg
             if name not in WIDGETS:
                 raise ValueError(f"chapter {ch.slug}: unknown widget {name!r}; known: {', '.join(WIDGETS)}")
-            widgets.append(WIDGETS[name](f"{name}_{ch.order}_{n}", params))
+            widgets.append(WIDGETS[name](book.widget_id(name, ch.order, n), params))
             connect(widgets[-1], demo.load)
     wire_url(widgets, slugs, ch.slug)
     return widgets

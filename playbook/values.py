@@ -8,9 +8,10 @@ number; the calculators then check sizes against their stated limits (calculator
 from __future__ import annotations
 
 import math
+import re
 
 from calculators.specs.errors import ConfigError
-from calculators.specs.limits import MAX_GPUS
+from calculators.specs.limits import MAX_GPUS, MAX_LAYERS
 from calculators.specs.hf_config import from_hf_config
 from calculators.scenario import parse_hardware, parse_model, parse_parallel
 from calculators.specs.validate import show
@@ -57,6 +58,31 @@ def flag(value) -> bool:
     if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
         return value.strip().lower() in TRUE
     raise ConfigError(f"expected true or false (got {show(value)})")
+
+
+MAX_LIST_CHARS = 4096           # a per-stage list's text (its control's max_length)
+
+
+def per_stage(text, key: str, number: bool) -> tuple:
+    """A list typed as the planner's labels write it, first to last, `/` between values and a run of
+    equal values as value x count: '18/21/21/20', '1/2x62/1' (layer counts), 'fullx2/none' (recompute
+    modes); '' is no list. At most MAX_LAYERS values in all, counted before a run is expanded."""
+    if not isinstance(text, str):
+        raise ConfigError(f"{key} must be text like 18/21/21/20 (got {show(text)})")
+    if len(text) > MAX_LIST_CHARS:
+        raise ConfigError(f"{key} is {len(text):,} characters long; a list takes at most {MAX_LIST_CHARS:,}: write a "
+                          "run of equal values as value x count (1/2x62/1)")
+    runs = []
+    for part in (p.strip().replace(" ", "+") for p in text.split("/")) if text.strip() else ():
+        head, sep, count = part.rpartition("x")        # a '+' typed into a link reads as a space
+        value, n = (head, int(count)) if sep and head and re.fullmatch(r"[0-9]{1,4}", count) else (part, 1)
+        if not value or (number and not re.fullmatch(r"[0-9]{1,7}", value)):
+            raise ConfigError(f"{key}: {show(part, 40)} is not a {'layer count' if number else 'recompute value'} "
+                              "(write them first to last, like 18/21/21/20, a run as value x count: 1/2x62/1)")
+        runs.append((int(value) if number else value, n))
+    if sum(n for _, n in runs) > MAX_LAYERS:
+        raise ConfigError(f"{key} lists over {MAX_LAYERS:,} values")
+    return tuple(value for value, n in runs for _ in range(n))
 
 
 def model_from(values: dict):
@@ -113,8 +139,8 @@ def scenario_from(values: dict):
         sizes["dp"] = cluster.world // split
     elif fit == "given" and "dp" in values:
         sizes["dp"] = whole(values, "dp")
-    par = {**sizes, **{k: whole(values, k) for k in ("ep", "vpp", "zero", "mbs", "gbs", "seq", "offload_layers")
-                       if k in values}}
+    par = {**sizes, **{k: whole(values, k) for k in ("ep", "etp", "vpp", "zero", "mbs", "gbs", "seq",
+                                                     "offload_layers") if k in values}}
     if values.get("batch") == "follows" and "gbs" in par:
         unit = par.get("dp", 1) * par.get("mbs", 1)
         par["gbs"] = unit * max(1, round(par["gbs"] / unit))
@@ -122,6 +148,9 @@ def scenario_from(values: dict):
               "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights", "offload_modules"):
         if k in values:
             par[k] = values[k]
+    for k in ("split", "recompute_ranks"):   # '': the even split, `recompute` on every rank
+        if values.get(k):
+            par[k] = per_stage(values[k], k, number=k == "split")
     if "compile" in values:
         par["compile"] = flag(values["compile"])
     for k in ("sp", "tp_overlap"):            # both mean something only with TP

@@ -26,7 +26,7 @@ from calculators.specs.recompute import levels as recompute_levels
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.specs.validate import show
 from playbook import escape
-from playbook.values import MAX_CONFIG_CHARS, coerce as _coerce
+from playbook.values import MAX_CONFIG_CHARS, MAX_LIST_CHARS, coerce as _coerce
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Widget:
     concurrency: int = 4                             # calls the server runs at once (the rest queue)
     budget_s: float = 0.0                            # seconds one call may compute; 0: WIDGET_BUDGET_S
     narrow: str = limits.NARROW                      # how to ask for less when that is spent (its own controls)
+
+
 
 
 # name, component factory, default. Factories take the value.
@@ -60,7 +62,10 @@ SCENARIO = {
     "pp": (_slider(1, 64, "pp (pipeline stages)"), 1),
     "cp": (_slider(1, 32, "cp (context parallel)"), 1),
     "ep": (_slider(1, 256, "ep (expert parallel)"), 1),
+    "etp": (_slider(0, 64, "etp (experts' tensor parallel; 0: as tp)"), 0),
     "vpp": (_slider(1, 8, "vpp (virtual stages)"), 1),
+    "split": (lambda v: gr.Textbox(v, label="layers per pipeline stage (18/21/21/20; empty: even)",
+                                   max_length=MAX_LIST_CHARS), ""),
     "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron)"), 0),
     "offload_modules": (lambda v: gr.Dropdown([("none", ""),
                                                ("experts' inputs (expert_fc1+moe_act)", "expert_fc1+moe_act"),
@@ -75,6 +80,8 @@ SCENARIO = {
             64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
     "recompute": (lambda v: recompute_radio(v, moe=False), "none"),
+    "recompute_ranks": (lambda v: gr.Textbox(v, label="recompute per pipeline rank (full/none; empty: same on all)",
+                                             max_length=MAX_LIST_CHARS), ""),
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
     "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision"), "bf16"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
@@ -98,8 +105,9 @@ SCENARIO = {
 
 
 def recompute_radio(value, moe: bool):
-    """none, selective and full; for a widget whose model is an MoE preset (chapter 7) also
-    Megatron's MoE module lists between selective and full, what the planner tries too."""
+    """none, selective and full; for a widget whose model is an MoE preset (chapter 7) or that shows
+    ep (the appendix's) also Megatron's MoE module lists between selective and full, what the
+    planner tries too (a dense model has no MoE module to recompute)."""
     return gr.Radio(list(recompute_levels("megatron", moe)), value=value, label="activation recompute")
 
 
@@ -118,6 +126,25 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
     (values.scenario_from's `fit`). A batch that is not shown follows dp and mbs.
     A config box comes with an upload button below it, and the preset says when a pasted config
     replaces it."""
+    shown, defaults = scenario_settings(params, keys, show)
+    cut = balanced_cut([HEIGHT.get(k, 90) for k in shown])
+    controls = {}
+    with gr.Row(equal_height=False):
+        for part in (shown[:cut], shown[cut:]):
+            with gr.Column(min_width=220):             # one block per column: one form, not one per control
+                for key in part:
+                    controls[key] = scenario_control(key, defaults, shown)
+                    if key == "config":
+                        config_upload(controls[key])
+    if "config" in controls and "model" in controls:
+        controls["config"].change(preset_in_use, controls["config"], controls["model"], api_visibility="private",
+                                  show_progress="hidden", concurrency_limit=CONCURRENCY)
+    return controls, defaults
+
+
+def scenario_settings(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[list, dict]:
+    """(the keys that get a control, in order; every key's default, `fit` and `batch` included):
+    what scenario_controls builds, without building it (plan_link checks a link against it)."""
     show = params.get("show", show)
     visible = set(show.split(",")) if isinstance(show, str) else set(show or keys)
     defaults = {}
@@ -130,21 +157,15 @@ def scenario_controls(params: dict, keys=tuple(SCENARIO), show=None) -> tuple[di
             visible.discard("dp")
     if "gbs" in keys and "gbs" not in visible:
         defaults["batch"] = "follows"
-    shown = [k for k in keys if k in visible]
-    cut = balanced_cut([HEIGHT.get(k, 90) for k in shown])
-    controls = {}
-    with gr.Row(equal_height=False):
-        for part in (shown[:cut], shown[cut:]):
-            with gr.Column(min_width=220):             # one block per column: one form, not one per control
-                for key in part:
-                    controls[key] = recompute_radio(defaults[key], _moe_preset(defaults.get("model"))) \
-                        if key == "recompute" else SCENARIO[key][0](defaults[key])
-                    if key == "config":
-                        config_upload(controls[key])
-    if "config" in controls and "model" in controls:
-        controls["config"].change(preset_in_use, controls["config"], controls["model"], api_visibility="private",
-                                  show_progress="hidden", concurrency_limit=CONCURRENCY)
-    return controls, defaults
+    return [k for k in keys if k in visible], defaults
+
+
+def scenario_control(key: str, defaults: dict, shown) -> object:
+    """The control of scenario setting `key` at its default. The recompute radio offers Megatron's
+    MoE module lists where the model is an MoE preset or ep is shown (recompute_radio)."""
+    if key == "recompute":
+        return recompute_radio(defaults[key], _moe_preset(defaults.get("model")) or "ep" in shown)
+    return SCENARIO[key][0](defaults[key])
 
 
 def config_upload(box) -> None:

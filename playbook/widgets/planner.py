@@ -12,7 +12,7 @@ from calculators.specs.hardware import GPU_PRESETS
 from calculators.specs.parallel import FRAMEWORKS
 from calculators.specs.presets import MODEL_PRESETS
 from calculators.scenario import plan_answer
-from playbook import escape
+from playbook import escape, plan_link
 from playbook.plots import placeholder, plans_bar
 
 from . import Widget, controls_row, wire
@@ -57,7 +57,8 @@ def compute(v: dict):
              f"{p['step']['mfu']:.1%}", f"{p['memory']['total_gib']:.1f}", f"{p['step']['bubble_fraction']:.1%}"]
             for p in ans["plans"]]
     rejected = "\n".join(f"- `{r['label']}`: {escape.md(r['reason'], 600)}" for r in ans["rejected"][:6])
-    text = (f"**Why #1:** {escape.md(ans['why'], 2000)}\n\nSearched {ans['searched']:,} layouts in "
+    links = plan_link.markdown(ans["plans"], v["model"], v["gpu"], int(v["nodes"]))
+    text = (f"**Why #1:** {escape.md(ans['why'], 2000)}\n\n{links}\n\nSearched {ans['searched']:,} layouts in "
             f"{ans['seconds']:.1f} s. MFU: model FLOPs over the dense bf16 peak; memory: GiB on the most loaded "
             f"GPU, in {v['framework']}'s layout; bubble: the busiest rank's idle time over its compute.\n\n"
             f"**Rejected:**\n{rejected}")

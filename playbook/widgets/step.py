@@ -15,9 +15,11 @@ from playbook.values import scenario_from
 
 from . import Widget, scenario_controls, which_model, wire
 
-KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "tp_overlap",
-        "mbs", "gbs", "seq", "recompute", "schedule", "precision", "framework", "dispatcher", "experts", "grad_dtype",
-        "moment_dtype", "master_dtype", "offload_layers", "offload_modules")
+KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "split", "zero", "sp",
+        "tp_overlap", "mbs", "gbs", "seq", "recompute", "recompute_ranks", "schedule", "precision", "framework",
+        "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "offload_layers", "offload_modules")
+SHOW = ("model", "gpu", "nodes", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
+        "precision")                 # the controls shown where the chapter's directive does not say (show=...)
 
 
 def compute(v: dict):
@@ -47,9 +49,7 @@ def compute(v: dict):
 
 def build(wid: str, params: dict) -> Widget:
     with gr.Group():
-        controls, defaults = scenario_controls(
-            params, KEYS, show=("model", "gpu", "nodes", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq",
-                                "recompute", "schedule", "precision"))
+        controls, defaults = scenario_controls(params, KEYS, show=SHOW)
         plot = gr.Plot(label="step time breakdown")
         text = gr.Markdown()
     return wire(Widget(wid, controls, defaults), compute, [plot, text])

@@ -322,6 +322,32 @@ def test_budget_widget_draws_redraws_and_its_link_restores_it(server, browser, w
     assert not problems, problems
 
 
+def test_a_plans_link_opens_the_step_widget_with_its_step_time(server, browser, widgets):
+    """The planner's 'Open plan #1 in the step widget', clicked: the appendix's step widget opens (in
+    a new tab, as Gradio opens a Markdown link) set to the plan, showing the plan's step time."""
+    from playbook import plan_link
+    from playbook.widgets import planner
+    url, _ = server
+    w = next(w for w in widgets if w.wid.startswith("planner_"))
+    v = w.defaults
+    best = planner._plan(v["model"], v["gpu"], v["nodes"], v["seq"], v["gbs"], v["recompute"], v["framework"],
+                         v["deepep"])["plans"][0]["step"]
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    problems = watch(page)
+    page.goto(url + next(c.slug for c in book.chapters() if f"_{c.order}_" in w.wid))
+    link = page.locator(f"#{w.note.elem_id} a", has_text="Open plan #1 in the step widget")
+    link.wait_for(timeout=60000)
+    with page.context.expect_page(timeout=20000) as opened:
+        link.click()
+    shown = opened.value
+    problems += watch(shown)
+    want = f"{best['time_s']:.2f} s per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+    shown.wait_for_function("(a) => document.getElementById(a[0])?.innerText.includes(a[1])",
+                            arg=[f"{plan_link.target()[1].wid}-note", want], timeout=30000)
+    assert urllib.parse.urlparse(shown.url).path == "/" + plan_link.PAGE
+    assert not problems, problems
+
+
 def test_the_layout_checks_see_what_a_reader_sees(browser):
     """The checks fail where they should: bars on a log axis drawn past the plot over the tick
     labels, a legend on the x-axis title, a value axis without a unit, a label cut by its box, a
