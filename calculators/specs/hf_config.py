@@ -1,8 +1,17 @@
 """Read a Hugging Face transformers `config.json` into a ModelSpec.
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2,
-deepseek_v3, gpt_neox, gpt2. A missing field, a value of the wrong type or over its limit
+deepseek_v3, gemma, gemma2, gemma3_text (and gemma3, whose text_config is one), phi3, olmo2,
+granite, gpt_neox, gpt2. A missing field, a value of the wrong type or over its limit
 (calculators/specs/limits.py), or an unsupported type raises ConfigError naming the config.json key.
+
+Gemma's gated GELU has SwiGLU's three matrices (`mlp="swiglu"` is the shape), its embeddings are
+tied unless the config says otherwise, and its head_dim is read (256 on Gemma 1 and 2 where
+hidden / heads is not). Gemma 2 and 3 also normalise each block's outputs (two more RMSNorms a
+layer, 0.02% of the parameters); those are not counted. Sliding-window attention (Mistral 7B v0.1,
+Phi-3, Gemma 2 and 3 on most layers, Qwen2 where use_sliding_window is set) is costed as full
+causal attention: the model's `source` says so, on how many layers and from what length, since at
+longer sequences its attention FLOPs and time are upper bounds.
 """
 from __future__ import annotations
 
@@ -11,7 +20,10 @@ from .errors import ConfigError
 from .models import MLASpec, ModelSpec, MoESpec
 from .validate import flag, integer, loads, show, whole_list
 
-LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+              "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite")
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")       # transformers' config defaults
+QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2")
 SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
 M, E, A = limits.MODEL, limits.MOE, limits.MLA     # the bounds of each field read below
 
@@ -94,10 +106,37 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
         raise ConfigError(f.problems)
+    note = _window_note(cfg, kind, args["layers"])
     try:
-        return ModelSpec(name=name, source="config.json", **args)
+        return ModelSpec(name=name, source="config.json" + (f"; {note}" if note else ""), **args)
     except ConfigError as exc:                     # fields fine one by one, not together (top_k > experts)
         raise ConfigError([f"config.json describes a model that cannot be: {p}" for p in exc.problems]) from None
+
+
+def _window_note(cfg: dict, kind: str, layers: int) -> str:
+    """What the page says of a sliding-window config: the calculators cost full causal attention."""
+    window = cfg.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return ""
+    if kind.startswith("qwen2") and cfg.get("use_sliding_window") is not True:
+        return ""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        local = sum(t == "sliding_attention" for t in types)
+    elif kind == "gemma2":
+        local = layers // 2 + layers % 2                     # every other layer, the first local
+    elif kind == "gemma3_text":
+        pattern = cfg.get("sliding_window_pattern")
+        every = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and 0 < pattern <= layers else 6
+        local = layers - layers // every                     # all but every `every`-th layer
+    elif kind in ("mistral", "mixtral", "phi3"):
+        local = layers
+    else:
+        return ""
+    if not local:
+        return ""
+    return (f"its sliding-window attention ({window:,} tokens, on {local} of {layers} layers) is costed as full "
+            f"causal attention: at sequences over {window:,} tokens its attention FLOPs and time are upper bounds")
 
 
 def _llama_like(f: _Fields, kind: str) -> dict:
@@ -105,8 +144,9 @@ def _llama_like(f: _Fields, kind: str) -> dict:
     args = dict(layers=f.need(M["layers"], "num_hidden_layers"), hidden=f.need(M["hidden"], "hidden_size"),
                 heads=heads, kv_heads=f.get(M["kv_heads"], "num_key_value_heads", heads),
                 ffn=f.get(M["ffn"], "intermediate_size", 0), vocab=f.need(M["vocab"], "vocab_size"),
-                head_dim=f.get(M["head_dim"], "head_dim", 0), tied_embeddings=f.flag("tie_word_embeddings", False),
-                qkv_bias=kind.startswith("qwen2") or f.flag("attention_bias", False), qk_norm=kind.startswith("qwen3"))
+                head_dim=f.get(M["head_dim"], "head_dim", 0),
+                tied_embeddings=f.flag("tie_word_embeddings", kind in TIED_BY_DEFAULT),
+                qkv_bias=kind.startswith("qwen2") or f.flag("attention_bias", False), qk_norm=kind in QK_NORM)
     if kind == "mixtral":
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),

@@ -185,12 +185,14 @@ def _read_upload(path):
         return fh.read(MAX_CONFIG_CHARS).decode("utf-8", errors="replace")
 
 
-def which_model(v: dict) -> str:
-    """'From the pasted config.json ...' when one replaces the preset, else ''."""
+def which_model(v: dict, model=None) -> str:
+    """'From the pasted config.json ...' when one replaces the preset (with what the reading notes of
+    `model`, the model it gave: sliding-window attention costed as full), else ''."""
     text = v.get("config")
     if isinstance(text, str) and text.strip():
+        note = getattr(model, "source", "").partition("; ")[2]
         return (f"From the pasted config.json, not the preset {escape.md(v.get('model'), 60)} (empty the config box "
-                "to go back to it): ")
+                "to go back to it)" + (f"; {escape.md(note, 400)}" if note else "") + ": ")
     return ""
 
 

@@ -27,7 +27,7 @@ def compute(v: dict):
     mem = estimate_memory(model, cluster, par)          # checks the layout first (estimate_step does not)
     step = estimate_step(model, cluster, par)
     fit = "fits" if mem.fits else "does **not** fit"
-    text = (f"{which_model(v)}**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
+    text = (f"{which_model(v, model)}**{step.time_s:.2f} s** per step, **{step.tokens_per_s_per_gpu:,.0f}** tokens/s/GPU, "
             f"MFU **{step.mfu:.1%}** (model FLOPs, no recompute), HFU {step.hfu:.1%} (with recompute), "
             f"{step.tflops_per_gpu:.0f} TFLOP/s per GPU, pipeline bubble {step.bubble_fraction:.1%}. "
             f"Peak memory {mem.total_gib:.1f} GiB: {fit}. MFU and HFU are over the dense BF16 peak, "

@@ -89,6 +89,20 @@ def test_deepseek_group_limited_routing_is_read_and_checked():
       "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936, "num_experts": 60,
       "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
       "decoder_sparse_step": 1}, 14.3e9, 2.7e9),   # Qwen1.5-MoE-A2.7B: 14.3B total, 2.7B active
+    # Gemma 2 9B: 9.24B (its head_dim 256 is not hidden / heads; embeddings tied by default)
+    ({"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
+      "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+      "sliding_window": 4096}, 9.24e9, None),
+    # Gemma 3 27B's language model, read from the multimodal config's text_config: 27.0B
+    ({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62,
+      "hidden_size": 5376, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+      "intermediate_size": 21504, "vocab_size": 262208, "sliding_window": 1024}}, 27.0e9, None),
+    ({"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "intermediate_size": 8192, "vocab_size": 32064, "tie_word_embeddings": False},
+     3.82e9, None),                                # Phi-3-mini: 3.8B
+    ({"model_type": "olmo2", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 100352, "tie_word_embeddings": False},
+     7.30e9, None),                                # OLMo 2 7B: 7.3B
     ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
       "vocab_size": 50257}, 124.44e6, None),       # GPT-2 small: 124M
     ({"model_type": "gpt_neox", "num_hidden_layers": 32, "hidden_size": 2560, "num_attention_heads": 32,
@@ -99,6 +113,29 @@ def test_hf_configs(cfg, total, active):
     assert m.total_params == pytest.approx(total, rel=0.01)
     if active:
         assert m.active_params == pytest.approx(active, rel=0.02)
+
+
+def test_sliding_window_attention_is_named_as_costed_full():
+    """The calculators cost full causal attention; a config with sliding windows says on how many
+    layers and from what length that is an upper bound (Gemma 2: every other layer; Gemma 3: five of
+    every six; Mistral and Phi-3: all; Qwen2 only with use_sliding_window; none without a window)."""
+    base = {"num_hidden_layers": 12, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1024,
+            "vocab_size": 1000}
+    def note(**cfg):
+        return from_hf_config(json.dumps({**base, **cfg})).source
+    assert "1,024 tokens, on 6 of 12 layers" in note(model_type="gemma2", sliding_window=1024)
+    assert "512 tokens, on 10 of 12 layers" in note(model_type="gemma3_text", sliding_window=512)
+    assert "on 8 of 12" in note(model_type="gemma3_text", sliding_window=512,
+                                layer_types=["sliding_attention"] * 8 + ["full_attention"] * 4)
+    assert "on 12 of 12" in note(model_type="mistral", sliding_window=4096)
+    assert note(model_type="mistral", sliding_window=None) == "config.json"
+    assert note(model_type="qwen2", sliding_window=4096) == "config.json"
+    assert "on 12 of 12" not in note(model_type="qwen2", sliding_window=4096, use_sliding_window=False)
+    for junk in ("4096", True, -1, 0, [1], 4096.0):
+        assert note(model_type="mistral", sliding_window=junk) == "config.json"
+    m = from_hf_config(json.dumps({**base, "model_type": "gemma2", "sliding_window": 1024}))
+    assert m.tied_embeddings and not from_hf_config(json.dumps({**base, "model_type": "gemma2",
+                                                                "tie_word_embeddings": False})).tied_embeddings
 
 
 @pytest.mark.parametrize("cfg,words", [
