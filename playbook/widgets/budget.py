@@ -9,6 +9,7 @@ from calculators.specs.errors import ConfigError
 from calculators.planning.budget import budget_answer
 from calculators.planning.goodput import FAILURES_PER_GPU_DAY
 from calculators.specs.hardware import GPU_PRESETS
+from calculators.specs.parallel import FRAMEWORKS
 from calculators.specs.presets import MODEL_PRESETS
 from playbook import escape
 from playbook.plots import budget_plot
@@ -34,6 +35,8 @@ CONTROLS = {
                                     maximum=limits.BUDGET["checkpoint_gbps"][1]), 2000.0),
     "price": (lambda v: gr.Number(v, label="price per GPU-hour ($)", minimum=0,
                                   maximum=limits.BUDGET["price_per_gpu_hour"][1]), 2.0),
+    "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision of the GEMMs"), "bf16"),
+    "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
 }
 
 
@@ -43,10 +46,15 @@ BUDGET_WIDGET_S = 30.0           # seconds one budget call may compute (the othe
 def request(v: dict) -> dict:
     """The widget's settings as a budget request (calculators/planning/budget.py)."""
     lo, hi = sorted((v["smallest"], v["largest"]))
+    if v["precision"] == "fp8" and not GPU_PRESETS[v["gpu"]].fp8_tflops:
+        raise ConfigError(f"the {v['gpu']} has no FP8 tensor cores: set precision to bf16, or pick a GPU with them "
+                          "(H100, H200, B200, GB200, MI300X)")
     req = {"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"]}, "tokens": float(v["tokens"]) * 1e12,
            "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": [n for n in SIZES if lo <= n <= hi],
            "price_per_gpu_hour": float(v["price"]), "failures_per_gpu_day": FAILURES[v["failures"]],
-           "checkpoint_gbps": float(v["storage"])}
+           "checkpoint_gbps": float(v["storage"]),
+           # the planner's constraints: what the framework runs, and its memory layout; FP8 GEMMs
+           "constraints": {"framework": v["framework"], "precision": [v["precision"]]}}
     if RAMP[v["ramp"]] is not None:
         top = limits.BUDGET["max_batch_tokens"][1]
         if req["gbs"] * req["seq"] > top:
@@ -63,7 +71,7 @@ def compute(v: dict):
     fastest = min(fit, key=lambda o: o["days"])
     cheapest = min(fit, key=lambda o: o["gpu_hours"])
     lines = [f"**{ans['tokens'] / 1e12:,.3g}T tokens of {ans['model']}** ({ans['params'] / 1e9:,.0f}B parameters) on "
-             f"{ans['gpu']}: fastest on **{fastest['gpus']:,} GPUs, {fastest['days']:,.1f} days** "
+             f"{ans['gpu']}, {v['precision']} GEMMs, as {v['framework']} runs it: fastest on **{fastest['gpus']:,} GPUs, {fastest['days']:,.1f} days** "
              f"({hours(fastest['gpu_hours'])} GPU-hours, cost ${fastest['cost']:,.0f}); cheapest on "
              f"{cheapest['gpus']:,} GPUs, {cheapest['days']:,.1f} days ({hours(cheapest['gpu_hours'])} GPU-hours, "
              f"cost ${cheapest['cost']:,.0f}). {escape.md(ans['knee'], 600)}",

@@ -1,5 +1,8 @@
 """The budget widget's chart and text read right at the edges: a short run on a few GPUs (cost
 flat to 0.1%), scaling that still pays at the largest size, GPU-hours in the thousands."""
+import pytest
+
+from calculators.specs.errors import ConfigError
 from playbook.widgets import budget
 
 
@@ -25,3 +28,16 @@ def test_a_flat_cost_is_drawn_on_a_linear_axis_and_no_knee_is_claimed():
 
 def test_hours_read_as_a_reader_takes_them():
     assert budget.hours(2.66e6) == "2.66M" and budget.hours(26_600) == "26,600" and budget.hours(26.6) == "26.6"
+
+
+def test_precision_and_framework_reach_the_planner_and_fp8_needs_fp8_tensor_cores():
+    v = _values()
+    assert budget.request(v)["constraints"] == {"framework": "megatron", "precision": ["bf16"]}
+    assert budget.request({**v, "precision": "fp8", "framework": "fsdp2"})["constraints"] == \
+        {"framework": "fsdp2", "precision": ["fp8"]}
+    with pytest.raises(ConfigError, match="A100-80GB has no FP8 tensor cores: set precision to bf16"):
+        budget.request({**v, "precision": "fp8", "gpu": "A100-80GB"})
+    small = {**v, "tokens": 0.1, "smallest": 8, "largest": 16}
+    _, bf16 = budget.compute(small)
+    _, fp8 = budget.compute({**small, "precision": "fp8"})
+    assert "bf16 GEMMs, as megatron runs it" in bf16 and "fp8 GEMMs" in fp8 and bf16 != fp8
