@@ -6,6 +6,9 @@
 """
 from __future__ import annotations
 
+import functools
+import statistics
+
 import gradio as gr
 import numpy as np
 
@@ -24,7 +27,7 @@ from playbook.values import scenario_from
 
 from . import Widget, scenario_controls, simple_widget, wire
 
-SIZES = [float(x) for x in np.geomspace(2**10, 2**32, 23)]
+SIZES = [float(x) for x in np.geomspace(2**10, 2**35, 26)]          # 1 KiB to 32 GiB, as nccl-tests sweeps
 COLL = {
     "op": (lambda v: gr.Dropdown(list(COLLECTIVES), value=v, label="collective"), "all_reduce"),
     "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
@@ -50,8 +53,29 @@ def coll_compute(v: dict):
     text = (f"{v['op']} of 256 MiB over {n} GPUs ({k} per node on {n // k} node(s)): **{t * 1e3:.2f} ms**, bus "
             f"bandwidth {bus_bandwidth(v['op'], 2**28, g, cluster, prof):.0f} GB/s (nccl-tests' busbw convention; "
             f"GB = 10^9 bytes). Small messages are latency-bound: bandwidth falls off on the left.")
-    return lines(SIZES, series, "message size (bytes)", "bus bandwidth (GB/s)", f"{v['op']}: bus bandwidth vs size",
-                 log_x=True), text
+    fig = lines(SIZES, series, "message size (bytes)", "bus bandwidth (GB/s)", f"{v['op']}: bus bandwidth vs size",
+                log_x=True)
+    if n // k > 1:
+        rows = published()
+        here = [r for r in rows if r.gpu == v["gpu"] and r.op == v["op"] and r.nodes == n // k and k == 8]
+        if here:
+            fig["data"].append(dict(type="scatter", x=[r.nbytes for r in here], y=[r.measured for r in here],
+                                    mode="markers", name="published nccl-tests runs",
+                                    marker=dict(symbol="star", size=13, color="#222"),
+                                    hovertext=[escape.plot(f"{r.source}: {r.measured:.0f} GB/s ({r.algorithm})")
+                                               for r in here]))
+        text += (f" Across nodes this model reads {len(rows)} published nccl-tests runs "
+                 f"{-statistics.median(r.error for r in rows):.0%} low (median; validation.collectives"
+                 + (", the stars: this GPU at this node count" if here else "") + "): it runs a collective's NVLink "
+                 "and network phases one after the other, where NCCL pipelines them.")
+    return fig, text
+
+
+@functools.lru_cache(maxsize=1)
+def published() -> tuple:
+    """The published multi-node nccl-tests runs with this model's predictions (validation.collectives)."""
+    from validation.collectives import load
+    return tuple(load())
 
 
 def build_collectives(wid: str, params: dict) -> Widget:
