@@ -38,7 +38,7 @@ from functools import lru_cache
 
 from ..specs.kernels import loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig
+from ..specs.parallel import ParallelConfig, routed_tokens
 from ..specs.recompute import (MODULES, modules, policy, recomputed_modules, recomputed_norms, sac_recomputes_attention,
                                sac_saved)
 
@@ -175,7 +175,8 @@ def _mlp_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
         return {"mlp": ffn_bytes * T * model.ffn / t}
     e = model.moe
     Tr = T / t if par.sp else T                       # tokens routed by this GPU
-    routed = e.top_k * Tr
+    # the tokens its experts run on: gathered over the expert-TP group (compute.routed_tokens)
+    routed = e.top_k * routed_tokens(par, T)
     return {"router": FP32 * Tr * e.experts + 8 * Tr * e.top_k,
             "dispatch": (gemm_input_bytes(par) + BF16) * routed * model.hidden,
             "experts": ffn_bytes * routed * e.expert_ffn / par.etp,

@@ -341,3 +341,12 @@ def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWOR
 
 def _divisors(n: int, cap: int) -> list[int]:
     return [k for k in range(1, min(n, cap) + 1) if n % k == 0]
+
+
+def routed_tokens(par: ParallelConfig, T: float) -> float:
+    """Tokens of a micro-batch that reach one GPU's experts, before the router picks among them:
+    with sequence parallelism a rank's T/tp shard gathered over the expert-TP group, T*etp/tp;
+    without it each TP rank holds all T, and an expert-TP group wider than TP gathers those of the
+    etp/tp data-parallel ranks it spans, T*max(1, etp/tp) (Megatron's dispatchers gather over the
+    expert-TP group before the experts' GEMMs)."""
+    return T * par.etp / par.tp if par.sp else T * max(1.0, par.etp / par.tp)

@@ -27,7 +27,7 @@ from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import layout_attention, loss_bytes_per_logit, loss_kernel
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig
+from ..specs.parallel import ParallelConfig, routed_tokens
 from .profiles import HardwareProfile
 from ..specs.recompute import (MODULES, matmul_modules, policy as recompute_policy, recomputed_modules,
                                recomputed_norms, sac_recomputes_attention, sac_saved)
@@ -89,10 +89,11 @@ def expert_tokens(model: ModelSpec, par: ParallelConfig, T: float) -> float:
     """Tokens each of this GPU's E/ep experts runs on per micro-batch: the expert group's tokens
     spread over E experts, ep*Tr*K/E each, times the routing imbalance on the busiest rank, which
     the others wait for. Tr, the tokens a rank routes: with sequence parallelism its T/tp shard,
-    gathered over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp."""
-    E, K = model.moe.experts, model.moe.top_k
-    routed = T * par.etp / par.tp if par.sp else T
-    return par.ep * routed * K / E * par.moe_imbalance
+    gathered over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp.
+    Without it each TP rank holds all T tokens, and an expert-TP group wider than TP gathers those of
+    the etp/tp data-parallel ranks it spans: Tr = T*max(1, etp/tp) (tp 1, etp 8: 8T)."""
+    return par.ep * routed_tokens(par, T) * model.moe.top_k / model.moe.experts * par.moe_imbalance
+
 
 
 def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:

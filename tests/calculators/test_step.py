@@ -502,3 +502,19 @@ def test_paired_all_to_alls_hide_behind_the_compute_megatron_puts_beside_each():
     # attention 0.5 forward, 1.0 backward; MLP 1.0 and 2.0; all-to-alls of 1.0: the backward's
     # combine outlasts the attention forward by 0.5, the rest hides
     assert paired_hidden(layer(0.5, 1.0), 2.0) == pytest.approx(1 - 0.5 / 4)
+
+
+def test_experts_see_the_tokens_gathered_over_their_tensor_parallel_group():
+    """An expert-TP group spreads each expert's ffn over etp GPUs and gathers the tokens of its
+    ranks: without sequence parallelism (tp 1) the etp data-parallel ranks' T each, so a GPU's
+    expert GEMMs do the same work whatever etp is; they once kept T tokens and divided the ffn by
+    etp, which put MFU over 100% (tp 1, etp 8: 155%)."""
+    from calculators.specs.parallel import routed_tokens
+    mixtral = model_from_name("mixtral-8x7b")
+    base = ParallelConfig(dp=8, tp=1, ep=1, gbs=64, seq=4096, zero=1)
+    assert routed_tokens(replace(base, etp=8), 4096) == 8 * 4096
+    assert routed_tokens(ParallelConfig(dp=4, tp=2, sp=True, etp=2, gbs=64), 4096) == 4096
+    assert routed_tokens(ParallelConfig(dp=4, tp=2, sp=True, etp=1, gbs=64), 4096) == 2048
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=1)
+    one, eight = (estimate_step(mixtral, cluster, replace(base, etp=e)) for e in (1, 8))
+    assert eight.mfu < 0.6 and eight.time_s > 0.6 * one.time_s
