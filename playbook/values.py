@@ -75,10 +75,16 @@ def per_stage(text, key: str, number: bool) -> tuple:
     runs = []
     for part in (p.strip().replace(" ", "+") for p in text.split("/")) if text.strip() else ():
         head, sep, count = part.rpartition("x")        # a '+' typed into a link reads as a space
-        value, n = (head, int(count)) if sep and head and re.fullmatch(r"[0-9]{1,4}", count) else (part, 1)
-        if not value or (number and not re.fullmatch(r"[0-9]{1,7}", value)):
-            raise ConfigError(f"{key}: {show(part, 40)} is not a {'layer count' if number else 'recompute value'} "
-                              "(write them first to last, like 18/21/21/20, a run as value x count: 1/2x62/1)")
+        value, n = (head, int(count)) if sep and head and re.fullmatch(r"[0-9]{1,7}", count) else (part, 1)
+        if n < 1:
+            raise ConfigError(f"{key}: {show(part, 40)} repeats a value 0 times (a run is value x count, count 1 "
+                              "or more)")
+        if not value:
+            raise ConfigError(f"{key} has an empty entry: remove the extra '/' (write them first to last, like "
+                              "18/21/21/20)")
+        if number and not re.fullmatch(r"[0-9]{1,7}", value):
+            raise ConfigError(f"{key}: {show(part, 40)} is not a layer count (write them first to last, like "
+                              "18/21/21/20, a run as value x count: 1/2x62/1)")
         runs.append((int(value) if number else value, n))
     if sum(n for _, n in runs) > MAX_LAYERS:
         raise ConfigError(f"{key} lists over {MAX_LAYERS:,} values")

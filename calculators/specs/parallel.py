@@ -130,8 +130,12 @@ class ParallelConfig:
                     "embedding's and the loss's stages)")
         modes_ok = isinstance(self.recompute_ranks, tuple) and len(self.recompute_ranks) <= limits.MAX_LAYERS \
             and _recompute_modes(self.recompute_ranks)
+        bad = [m for m in self.recompute_ranks if not recompute_valid(m)][:1] \
+            if isinstance(self.recompute_ranks, tuple) else []
         require(p, modes_ok, lambda: f"parallel.recompute_ranks must list one recompute value per pipeline rank "
-                                     f"(got {show(self.recompute_ranks)})")
+                                     f"(got {show(self.recompute_ranks)}" +
+                                     (f"; {show(bad[0], 40)} is not one: use {', '.join(RECOMPUTE + EXPLICIT)}, "
+                                      "layer:N or Megatron's modules joined by '+'" if bad else "") + ")")
         if modes_ok and self.recompute_ranks and recompute_valid(self.recompute):
             most = max(self.recompute_ranks, key=recompute_order)
             require(p, self.recompute == most,

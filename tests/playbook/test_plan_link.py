@@ -136,9 +136,13 @@ def test_per_stage_lists_read_as_the_labels_write_them():
     assert per_stage("fullx2/moe_act layernorm/none", "recompute_ranks", number=False) == \
         ("full", "full", "moe_act+layernorm", "none")          # a '+' typed into a link arrives as a space
     assert per_stage("", "split", number=True) == ()
-    for bad in ("1/x/2", "a/1", "-1/2", "18//20", "1x1000/1x100", "2x99999"):
+    for bad in ("1/x/2", "a/1", "-1/2", "18//20", "1x1000/1x100", "2x99999", "2x9999999"):
         with pytest.raises(ConfigError):
             per_stage(bad, "split", number=True)
+    with pytest.raises(ConfigError, match="repeats a value 0 times"):
+        per_stage("8/1x0", "split", number=True)           # once read as no list at all: the even split
+    with pytest.raises(ConfigError, match="empty entry: remove the extra '/'"):
+        per_stage("8/8/8/8/", "split", number=True)
     # a pasted megabyte is refused by its length, before it is split (the body limit allows 2 MiB)
     start = time.perf_counter()
     with pytest.raises(ConfigError, match="characters long"):
