@@ -268,6 +268,11 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
         w.append(f"layers={model.layers} is not a multiple of pp={pp}: stages hold unequal layer counts")
     if model.moe is None:
         require(p, e == 1, lambda: f"ep={e} needs a mixture-of-experts model; set ep=1")
+        moe_only = [f"etp={par.etp}"] if par.etp != t else []
+        moe_only += [f"dispatcher={par.dispatcher}"] if par.dispatcher != "alltoall" else []
+        if moe_only:
+            w.append(f"{' and '.join(moe_only)} act on a mixture-of-experts layer; this model has none, so "
+                     "they change nothing")
     else:
         require(p, model.moe.experts % e == 0, lambda: f"ep={e} must divide experts={model.moe.experts}")
         require(p, (d * c * t) % (e * par.etp) == 0,

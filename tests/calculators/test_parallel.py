@@ -112,3 +112,11 @@ def test_virtual_split_for_interleaved_layouts():
     assert virtual_split(128, 16, 2) == () and virtual_split(126, 16, 1) == ()
     assert virtual_split(126, 16, 2, framework="fsdp2") == ()     # Megatron's flags, Megatron's split
     assert virtual_split(126, 16, 3) == ()                          # 128 is not divisible by 48 either
+
+
+def test_moe_knobs_on_a_dense_model_are_named_as_changing_nothing():
+    cluster = ClusterSpec(gpu_from_name("H100-80GB"), nodes=1)
+    dense = model_from_name("llama3-8b")
+    warnings = check_layout(dense, cluster, ParallelConfig(dp=8, etp=2, dispatcher="deepep", gbs=64))
+    assert any("etp=2 and dispatcher=deepep act on a mixture-of-experts layer" in w for w in warnings)
+    assert check_layout(dense, cluster, ParallelConfig(dp=4, tp=2, sp=True, gbs=64)) == []
