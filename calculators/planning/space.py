@@ -129,8 +129,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # FP8 parameters need ZeRO 1 or more; bf16 weights with their cached copy are modelled at 0 and 1
         allowed = [z for z in sp["zero"] if (z >= 1) == (sp["fp8_weights"][0] == "fp8") or z == 1]
         sp["zero"] = allowed or sp["zero"]
-    if model.moe is None:
-        sp["ep"], sp["etp"] = [1], [0]
+    if model.moe is None:                  # the MoE knobs change nothing there (check_layout warns)
+        sp["ep"], sp["etp"], sp["dispatcher"], sp["experts"] = [1], [0], ["alltoall"], sp["experts"][:1]
     sp["recompute"] = sorted(dict.fromkeys(sp["recompute"]), key=recompute_order)   # least first
     return sp
 
