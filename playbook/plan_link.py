@@ -32,7 +32,7 @@ from calculators.scenario import parse_hardware, parse_model, parse_parallel
 from calculators.specs.errors import ConfigError
 from calculators.specs.presets import MODEL_PRESETS
 from playbook import book, escape
-from playbook.url import values_from_query
+from playbook.url import MAX_VALUE, values_from_query
 from playbook.values import scenario_from
 from playbook.widgets import NOT_IN_LINK, Widget, scenario_control, scenario_settings, step
 
@@ -93,6 +93,9 @@ def link(plan: dict, model: str, gpu: str, nodes: int) -> tuple[str | None, str]
         query = {f"{w.wid}.{k}": _text(values[k]) for k in keys}
         _, read = values_from_query(query, [w], slugs)         # as the appendix page reads the link
         skipped = [k for k in keys if (w.wid, k) not in read]
+        long = [k for k in skipped if len(query[f"{w.wid}.{k}"]) > MAX_VALUE]
+        if long:
+            return None, f"its {', '.join(long)} is longer than a link's value may be ({MAX_VALUE} characters)"
         if skipped:
             return None, f"the widget's controls do not offer its {', '.join(skipped)}"
         got = scenario_from({**w.defaults, **{k: v for (_, k), v in read.items()}})

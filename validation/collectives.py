@@ -47,6 +47,7 @@ class Row:
     measured: float
     predicted: float
     algorithm: str
+    nic_gbps: float              # the GPU's share of its node's NICs, GB/s
 
     @property
     def error(self) -> float:
@@ -62,7 +63,7 @@ def load(path: Path = DATA) -> list[Row]:
                                   inter_node_gbps=float(r["nic_gbps_per_gpu"]))
             predicted = bus_bandwidth(r["collective"], nbytes, whole_cluster(cluster), cluster, default_profile(gpu))
             rows.append(Row(r["source_id"], gpu, nodes, r["collective"], nbytes, float(r["busbw_gbps"]), predicted,
-                            r["algorithm"]))
+                            r["algorithm"], cluster.inter_node_gbps))
     return rows
 
 

@@ -7,11 +7,12 @@ granite, gpt_neox, gpt2. A missing field, a value of the wrong type or over its 
 
 Gemma's gated GELU has SwiGLU's three matrices (`mlp="swiglu"` is the shape), its embeddings are
 tied unless the config says otherwise, and its head_dim is read (256 on Gemma 1 and 2 where
-hidden / heads is not). Gemma 2 and 3 also normalise each block's outputs (two more RMSNorms a
+hidden / heads is not); the heads, kv heads, head_dim and vocabulary a Gemma config leaves out take
+transformers' defaults for its type (DEFAULTS). Gemma 2 and 3 also normalise each block's outputs (two more RMSNorms a
 layer, 0.02% of the parameters); those are not counted. Sliding-window attention (Mistral 7B v0.1,
-Phi-3, Gemma 2 and 3 on most layers, Qwen2 where use_sliding_window is set) is costed as full
-causal attention: the model's `source` says so, on how many layers and from what length, since at
-longer sequences its attention FLOPs and time are upper bounds.
+Phi-3, Gemma 2 and 3 on most layers, Qwen2 from max_window_layers on where use_sliding_window is
+set) is costed as full causal attention: the model's `source` says so, on how many layers and from
+what length, since at longer sequences its attention FLOPs and time are upper bounds.
 """
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ from .validate import flag, integer, loads, show, whole_list
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
               "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite")
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")       # transformers' config defaults
+# Fields a published Gemma config may leave out, read as transformers' config classes default them
+# (Gemma 3 4B's text_config states neither its heads, kv heads, head_dim nor vocabulary).
+DEFAULTS = {"gemma": {"num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000},
+            "gemma2": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000},
+            "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208}}
 QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2")
 SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
 M, E, A = limits.MODEL, limits.MOE, limits.MLA     # the bounds of each field read below
@@ -79,7 +85,9 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         if not isinstance(cfg["text_config"], dict):
             raise ConfigError(f"config.json text_config must be an object (got {show(cfg['text_config'])})")
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-    kind = cfg.get("model_type")
+    kind = "gemma3_text" if cfg.get("model_type") == "gemma3" else cfg.get("model_type")
+    if isinstance(kind, str) and kind in DEFAULTS:
+        cfg = {**cfg, **{k: v for k, v in DEFAULTS[kind].items() if cfg.get(k) is None}}
     if not isinstance(kind, str) or kind not in SUPPORTED:
         raise ConfigError(f"config.json model_type {show(kind)} is not supported; supported: {', '.join(SUPPORTED)}. "
                           "Describe the shape as a llama one instead: model_type \"llama\" with num_hidden_layers, "
@@ -131,6 +139,10 @@ def _window_note(cfg: dict, kind: str, layers: int) -> str:
         local = layers - layers // every                     # all but every `every`-th layer
     elif kind in ("mistral", "mixtral", "phi3"):
         local = layers
+    elif kind.startswith("qwen2"):                            # from max_window_layers on (transformers)
+        first = cfg.get("max_window_layers", 28)
+        local = layers - min(layers, first) if isinstance(first, int) and not isinstance(first, bool) and \
+            first >= 0 else 0
     else:
         return ""
     if not local:

@@ -47,8 +47,9 @@ def request(v: dict) -> dict:
     """The widget's settings as a budget request (calculators/planning/budget.py)."""
     lo, hi = sorted((v["smallest"], v["largest"]))
     if v["precision"] == "fp8" and not GPU_PRESETS[v["gpu"]].fp8_tflops:
+        with_fp8 = ", ".join(name for name, gpu in GPU_PRESETS.items() if gpu.fp8_tflops)
         raise ConfigError(f"the {v['gpu']} has no FP8 tensor cores: set precision to bf16, or pick a GPU with them "
-                          "(H100, H200, B200, GB200, MI300X)")
+                          f"({with_fp8})")
     req = {"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"]}, "tokens": float(v["tokens"]) * 1e12,
            "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": [n for n in SIZES if lo <= n <= hi],
            "price_per_gpu_hour": float(v["price"]), "failures_per_gpu_day": FAILURES[v["failures"]],

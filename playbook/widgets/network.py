@@ -57,7 +57,9 @@ def coll_compute(v: dict):
                 log_x=True)
     if n // k > 1:
         rows = published()
-        here = [r for r in rows if r.gpu == v["gpu"] and r.op == v["op"] and r.nodes == n // k and k == 8]
+        # runs of this GPU, collective and node count on NICs as fast as the preset's (the curve's)
+        here = [r for r in rows if r.gpu == v["gpu"] and r.op == v["op"] and r.nodes == n // k and k == 8
+                and r.nic_gbps == cluster.inter_node_gbps]
         if here:
             fig["data"].append(dict(type="scatter", x=[r.nbytes for r in here], y=[r.measured for r in here],
                                     mode="markers", name="published nccl-tests runs",

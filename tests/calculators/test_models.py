@@ -115,6 +115,19 @@ def test_hf_configs(cfg, total, active):
         assert m.active_params == pytest.approx(active, rel=0.02)
 
 
+def test_a_sparse_gemma_config_takes_transformers_defaults():
+    """Gemma 3 4B's published text_config leaves out its heads, kv heads, head_dim and vocabulary;
+    transformers fills them (8, 4, 256, 262,208): a 3.88B language model, not hidden / heads."""
+    sparse = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                                                      "intermediate_size": 10240, "num_hidden_layers": 34}}
+    m = from_hf_config(json.dumps(sparse))
+    assert (m.heads, m.kv_heads, m.head_dim, m.vocab) == (8, 4, 256, 262208)
+    assert m.total_params == pytest.approx(3.88e9, rel=0.01)
+    no_type = {"model_type": "gemma3", "text_config": {k: v for k, v in sparse["text_config"].items()
+                                                       if k != "model_type"}}
+    assert from_hf_config(json.dumps(no_type)).total_params == m.total_params
+
+
 def test_sliding_window_attention_is_named_as_costed_full():
     """The calculators cost full causal attention; a config with sliding windows says on how many
     layers and from what length that is an upper bound (Gemma 2: every other layer; Gemma 3: five of
@@ -131,6 +144,9 @@ def test_sliding_window_attention_is_named_as_costed_full():
     assert note(model_type="mistral", sliding_window=None) == "config.json"
     assert note(model_type="qwen2", sliding_window=4096) == "config.json"
     assert "on 12 of 12" not in note(model_type="qwen2", sliding_window=4096, use_sliding_window=False)
+    # Qwen2 slides from max_window_layers on (transformers' layer_types); its default 28 leaves 12 layers none
+    assert "on 8 of 12" in note(model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=4)
+    assert note(model_type="qwen2", sliding_window=4096, use_sliding_window=True) == "config.json"
     for junk in ("4096", True, -1, 0, [1], 4096.0):
         assert note(model_type="mistral", sliding_window=junk) == "config.json"
     m = from_hf_config(json.dumps({**base, "model_type": "gemma2", "sliding_window": 1024}))
