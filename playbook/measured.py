@@ -62,7 +62,7 @@ def _upload_rows(upload: tuple) -> tuple[list, list]:
         got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload", max_rows=MAX_UPLOAD_ROWS)
     problems = got.problems if got.rows or got.problems else ["your upload: no result rows in it (a results file "
                                                              "holds one JSON object a line, as the harness writes)"]
-    return [dict(r, source=r.get("source") or "your upload") for r in got.rows], problems
+    return [dict(r, source=r.get("source") or "your upload", _yours=True) for r in got.rows], problems
 
 
 def _value(row, metric):
@@ -121,7 +121,8 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
             pts.append({"measured": got, "predicted": want, "model": name, "nodes": nodes,
                         "label": escape.plot(_label(r, name), 300),
                         "source": str(r.get("source") or "your run")[:300],
-                        "series": escape.plot(f"published: {str(release)[:80]}") if release else ""})
+                        "series": escape.plot(f"published: {str(release)[:80]}") if release else "",
+                        "yours": r.get("_yours") is True})
     note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
             "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
     return pts, note, list(problems)

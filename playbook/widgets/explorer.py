@@ -1,6 +1,7 @@
 """Benchmark explorer: measured vs predicted for every result row, bundled (benchmarks/results/),
 the server's own results directory (`PLAYBOOK_RESULTS`, set by whoever runs the app) and a file
-the visitor uploads, filtered by model, node count and status. A visitor never names a path: an
+the visitor uploads (drawn as one trace of orange stars, with its own median error), filtered by
+model, node count and status. A visitor never names a path: an
 upload is read only from Gradio's upload folder, at most MAX_UPLOAD_BYTES, as JSON Lines. Measured runs
 are drawn per node count; rows from a published table (their config names a `release`) are their
 own series, one per release, with their own median error.
@@ -68,9 +69,12 @@ def compute(v: dict):
         errs = sorted(abs(p["predicted"] / p["measured"] - 1) for p in ps)
         return f"median |predicted/measured - 1| = **{errs[len(errs) // 2]:.1%}**"
 
-    measured = [p for p in pts if not p["series"]]
-    tables = [p for p in pts if p["series"]]
-    parts = [f"{len(measured)} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
+    yours = [p for p in pts if p["yours"]]
+    measured = [p for p in pts if not p["series"] and not p["yours"]]
+    tables = [p for p in pts if p["series"] and not p["yours"]]
+    parts = [f"Orange stars: **your {len(yours)} run{'s' if len(yours) > 1 else ''}**; {median_error(yours)}."] \
+        if yours else []
+    parts += [f"{len(measured)} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
              f"each run (default hardware profile: the nominal network, which the runs on many nodes did not "
              f"reach)."] if measured else []
     if tables:

@@ -69,3 +69,24 @@ def test_hostile_rows_in_an_upload_are_skipped_or_not_drawn_never_an_error():
         assert any(f"more than {measured.MAX_UPLOAD_ROWS:,} rows" in s for s in said)
     finally:
         os.remove(path)
+
+
+def test_a_visitors_runs_are_their_own_orange_stars_with_their_own_error():
+    """An upload's rows are drawn as one trace of their own over the others, and the text gives
+    their median error first, even when a row names a source or a published release."""
+    import json
+    import os
+
+    from benchmarks.results import BUNDLED
+    row = json.loads((BUNDLED / "nanotron_h100.jsonl").read_text().splitlines()[0])
+    assert row["suite"] == "train" and row["status"] == "ok"
+    row["config"]["release"] = "mine <b>v1</b>"
+    path = _upload("my_runs.jsonl", json.dumps(row).encode())
+    try:
+        fig, text = explorer.compute({"metric": "tokens/s/GPU", "model": "", "nodes": "all", "upload": path})
+    finally:
+        os.remove(path)
+    mine = [t for t in fig["data"] if t.get("name") == "your runs"]
+    assert len(mine) == 1 and len(mine[0]["x"]) == 1 and mine[0]["marker"]["symbol"] == "star"
+    assert fig["data"].index(mine[0]) == max(i for i, t in enumerate(fig["data"]) if t.get("type") == "scattergl")
+    assert text.startswith("Orange stars: **your 1 run**; median |predicted/measured - 1| = ")
