@@ -11,8 +11,8 @@ hidden / heads is not); the heads, kv heads, head_dim and vocabulary a Gemma con
 transformers' defaults for its type (DEFAULTS). Gemma 2 and 3 also normalise each block's outputs (two more RMSNorms a
 layer, 0.02% of the parameters); those are not counted. Sliding-window attention (Mistral 7B v0.1,
 Phi-3, Gemma 2 and 3 on most layers, Qwen2 from max_window_layers on where use_sliding_window is
-set) is costed as full causal attention: the model's `source` says so, on how many layers and from
-what length, since at longer sequences its attention FLOPs and time are upper bounds.
+set) is read as the model's `window` and `window_layers`: those layers' attention counts only the
+pairs within the window (flops.attention_flops), as FlashAttention's local attention computes them.
 """
 from __future__ import annotations
 
@@ -114,20 +114,23 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
         raise ConfigError(f.problems)
-    note = _window_note(cfg, kind, args["layers"])
+    if kind in LLAMA_LIKE and not f.problems:
+        args["window"], args["window_layers"] = _window(cfg, kind, args["layers"])
+    note = f"sliding-window attention of {args['window']:,} tokens on {args['window_layers']} of {args['layers']} " \
+        "layers (their attention FLOPs count only the pairs within it)" if args.get("window_layers") else ""
     try:
         return ModelSpec(name=name, source="config.json" + (f"; {note}" if note else ""), **args)
     except ConfigError as exc:                     # fields fine one by one, not together (top_k > experts)
         raise ConfigError([f"config.json describes a model that cannot be: {p}" for p in exc.problems]) from None
 
 
-def _window_note(cfg: dict, kind: str, layers: int) -> str:
-    """What the page says of a sliding-window config: the calculators cost full causal attention."""
+def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
+    """(span, layers attending within it) of a sliding-window config; (0, 0) for none."""
     window = cfg.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-        return ""
+    if not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= limits.MAX_SEQ:
+        return 0, 0
     if kind.startswith("qwen2") and cfg.get("use_sliding_window") is not True:
-        return ""
+        return 0, 0
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         local = sum(t == "sliding_attention" for t in types)
@@ -144,11 +147,8 @@ def _window_note(cfg: dict, kind: str, layers: int) -> str:
         local = layers - min(layers, first) if isinstance(first, int) and not isinstance(first, bool) and \
             first >= 0 else 0
     else:
-        return ""
-    if not local:
-        return ""
-    return (f"its sliding-window attention ({window:,} tokens, on {local} of {layers} layers) is costed as full "
-            f"causal attention: at sequences over {window:,} tokens its attention FLOPs and time are upper bounds")
+        return 0, 0
+    return (window, local) if local else (0, 0)
 
 
 def _llama_like(f: _Fields, kind: str) -> dict:

@@ -100,6 +100,8 @@ class ModelSpec:
     qkv_bias: bool = False       # biases on q, k, v only (Qwen2)
     qk_norm: bool = False        # per-head RMSNorm on q and k (Qwen3)
     positions: int = 0           # learned absolute position embeddings (GPT-2); 0 for RoPE
+    window: int = 0              # sliding-window attention's span in tokens (Mistral 7B v0.1, Gemma 2/3); 0: none
+    window_layers: int = 0       # the layers that attend within it; the others attend to the whole sequence
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"
@@ -120,6 +122,9 @@ class ModelSpec:
         p: list[str] = []
         for key in ("layers", "hidden", "heads", "vocab", "head_dim"):
             require(p, getattr(self, key) > 0, f"model.{key} must be a positive integer (got {getattr(self, key)})")
+        require(p, self.window_layers <= self.layers and (self.window > 0) == (self.window_layers > 0),
+                f"model.window_layers={self.window_layers} must be from 1 to layers={self.layers} with a window, "
+                f"0 without one (window={self.window})")
         e = self.moe
         dense = self.layers if e is None else self.dense_mlp_layers if e.moe_every >= 1 and e.dense_layers >= 0 else 1
         require(p, self.ffn > 0 or dense == 0,
@@ -226,8 +231,9 @@ class ModelSpec:
 
     def describe(self) -> str:
         kind = f"MoE {self.moe.experts}x top-{self.moe.top_k}" if self.moe else "dense"
+        window = f", sliding window {self.window:,} on {self.window_layers} layers" if self.window_layers else ""
         return (f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), L={self.layers} h={self.hidden} "
-                f"a={self.heads} k={self.kv_heads} f={self.ffn} V={self.vocab}")
+                f"a={self.heads} k={self.kv_heads} f={self.ffn} V={self.vocab}{window}")
 
 
 def _mlp(prefix: str, h: int, f: int, swiglu: bool, bias: bool, **kw) -> list[Matmul]:

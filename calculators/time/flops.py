@@ -24,10 +24,16 @@ def layer_matmul_flops(model: ModelSpec, moe_layer: bool) -> float:
 
 
 def attention_flops(model: ModelSpec, seq: int, causal: bool = True) -> float:
-    """Forward FLOPs per token of one layer's attention core (QK^T and softmax.V)."""
+    """Forward FLOPs per token of one layer's attention core (QK^T and softmax.V), averaged over
+    the layers: a causal token attends to seq/2 others on average; on a sliding-window layer of
+    span w < seq, to w - w(w-1)/(2 seq) (the mean of min(i, w) over positions i), the pairs
+    FlashAttention's local attention computes, where it skips the blocks outside the window."""
     d_qk = model.q_dim // model.heads
     d_v = model.attn_out_dim // model.heads
     context = seq / 2 if causal else seq
+    w, local = model.window, model.window_layers
+    if causal and local and w < seq:
+        context = ((model.layers - local) * context + local * (w - w * (w - 1) / (2 * seq))) / model.layers
     return 2.0 * model.heads * context * (d_qk + d_v)
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from calculators.specs.errors import ConfigError
 from calculators.specs.hf_config import from_hf_config
+from calculators.specs.models import ModelSpec
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 
 # (preset, total, active) in billions, as published by the model's authors.
@@ -128,30 +129,49 @@ def test_a_sparse_gemma_config_takes_transformers_defaults():
     assert from_hf_config(json.dumps(no_type)).total_params == m.total_params
 
 
-def test_sliding_window_attention_is_named_as_costed_full():
-    """The calculators cost full causal attention; a config with sliding windows says on how many
-    layers and from what length that is an upper bound (Gemma 2: every other layer; Gemma 3: five of
-    every six; Mistral and Phi-3: all; Qwen2 only with use_sliding_window; none without a window)."""
+def test_sliding_window_configs_give_the_windowed_layers():
+    """Gemma 2 slides on every other layer, Gemma 3 on five of every six (or as layer_types says),
+    Mistral and Phi-3 on all, Qwen2 from max_window_layers on where use_sliding_window is set;
+    no window, or one of the wrong type, is none."""
     base = {"num_hidden_layers": 12, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1024,
             "vocab_size": 1000}
-    def note(**cfg):
-        return from_hf_config(json.dumps({**base, **cfg})).source
-    assert "1,024 tokens, on 6 of 12 layers" in note(model_type="gemma2", sliding_window=1024)
-    assert "512 tokens, on 10 of 12 layers" in note(model_type="gemma3_text", sliding_window=512)
-    assert "on 8 of 12" in note(model_type="gemma3_text", sliding_window=512,
-                                layer_types=["sliding_attention"] * 8 + ["full_attention"] * 4)
-    assert "on 12 of 12" in note(model_type="mistral", sliding_window=4096)
-    assert note(model_type="mistral", sliding_window=None) == "config.json"
-    assert note(model_type="qwen2", sliding_window=4096) == "config.json"
-    assert "on 12 of 12" not in note(model_type="qwen2", sliding_window=4096, use_sliding_window=False)
-    # Qwen2 slides from max_window_layers on (transformers' layer_types); its default 28 leaves 12 layers none
-    assert "on 8 of 12" in note(model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=4)
-    assert note(model_type="qwen2", sliding_window=4096, use_sliding_window=True) == "config.json"
-    for junk in ("4096", True, -1, 0, [1], 4096.0):
-        assert note(model_type="mistral", sliding_window=junk) == "config.json"
+
+    def window(**cfg):
+        m = from_hf_config(json.dumps({**base, **cfg}))
+        return m.window, m.window_layers
+    assert window(model_type="gemma2", sliding_window=1024) == (1024, 6)
+    assert window(model_type="gemma3_text", sliding_window=512) == (512, 10)
+    assert window(model_type="gemma3_text", sliding_window=512,
+                  layer_types=["sliding_attention"] * 8 + ["full_attention"] * 4) == (512, 8)
+    assert window(model_type="mistral", sliding_window=4096) == (4096, 12)
+    assert window(model_type="mistral", sliding_window=None) == (0, 0)
+    assert window(model_type="qwen2", sliding_window=4096) == (0, 0)
+    assert window(model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=4) == (4096, 8)
+    assert window(model_type="qwen2", sliding_window=4096, use_sliding_window=True) == (0, 0)    # default 28 > 12
+    for junk in ("4096", True, -1, 0, [1], 4096.0, 10**9):
+        assert window(model_type="mistral", sliding_window=junk) == (0, 0)
     m = from_hf_config(json.dumps({**base, "model_type": "gemma2", "sliding_window": 1024}))
+    assert "sliding-window attention of 1,024 tokens on 6 of 12 layers" in m.source
     assert m.tied_embeddings and not from_hf_config(json.dumps({**base, "model_type": "gemma2",
                                                                 "tie_word_embeddings": False})).tied_embeddings
+
+
+def test_windowed_layers_count_only_the_pairs_within_the_window():
+    """A causal token at position i attends to min(i, w) others on a window of w: the layers' mean,
+    summed here position by position, is what attention_flops counts; at seq <= w nothing changes."""
+    from calculators.time.flops import attention_flops
+    m = ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=100, window_layers=3)
+    full = ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000)
+    per_pair = 2 * 8 * (64 + 64)
+    for seq in (50, 100, 1000, 4096):
+        local = sum(min(i, 100) for i in range(1, seq + 1)) / seq
+        want = (seq / 2 + 3 * (local if seq > 100 else seq / 2)) / 4
+        assert attention_flops(m, seq) == pytest.approx(want * per_pair, rel=1e-9)
+    assert attention_flops(m, 100) == attention_flops(full, 100)
+    with pytest.raises(ConfigError, match="window_layers"):
+        ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=100, window_layers=5)
+    with pytest.raises(ConfigError, match="window_layers"):
+        ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=0, window_layers=2)
 
 
 @pytest.mark.parametrize("cfg,words", [

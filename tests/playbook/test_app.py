@@ -74,12 +74,12 @@ def test_invalid_layout_and_bad_config_are_explained_inline(demo, client):
     assert plot is None and "not valid JSON" in text
 
 
-def test_a_pasted_sliding_window_config_says_its_attention_is_costed_full(demo, client):
+def test_a_pasted_sliding_window_config_names_its_windowed_layers(demo, client):
     gemma2 = json.dumps({"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
                          "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
                          "sliding_window": 4096, "_name_or_path": "<b>gemma</b>"})
     _, text = client.predict(*args_of(demo, "memory_1_1", config=gemma2), api_name="/memory_1_1")
-    assert "From the pasted config.json" in text and "on 21 of 42 layers" in text and "costed as full" in text
+    assert "From the pasted config.json" in text and "on 21 of 42 layers" in text and "pairs within it" in text
     assert "<b>" not in text
 
 
