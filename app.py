@@ -18,7 +18,7 @@ from starlette.middleware import Middleware  # noqa: E402
 from playbook import serve, ui  # noqa: E402
 from playbook.url import HEAD  # noqa: E402
 
-CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
+CSS = (".gradio-container {max-width: 1280px !important; width: 100%; margin: auto}"
        # the chapters' navigation bar on one line at 1280 px, from the left, as a table of contents
        " nav.fillable {justify-content: flex-start !important; flex-wrap: wrap; gap: 0 !important;"
        " padding: 0 16px !important}"
@@ -30,7 +30,10 @@ CSS = (".gradio-container {max-width: 1280px !important; margin: auto}"
        " nav.fillable a.active {font-weight: 600; box-shadow: inset 0 -2px 0 var(--color-accent)}"
        # a widget's shorter column of controls is filled with the panel's colour, not a grey band
        " .gr-group .row.unequal-height {align-items: stretch}"
-       " .gr-group .row.unequal-height > .column {background: var(--block-background-fill)}")
+       " .gr-group .row.unequal-height > .column {background: var(--block-background-fill)}"
+       # on a phone a wide formula, table or command scrolls in its own box, not the whole page sideways
+       " .prose {min-width: 0; max-width: 100%}"
+       " .prose table, .prose pre, .prose .katex-display {display: block; max-width: 100%; overflow-x: auto}")
 
 
 def build_app() -> gr.Blocks:
