@@ -27,15 +27,17 @@ def test_runs_whose_throughput_is_the_total_are_predicted_within_15_percent(rows
     """Llama 3.1 405B and DeepSeek-V3 (layout, tokens and cluster published): at their published
     layout within 15% (405B, whose recompute is not published: within -25%); the planner's own layout may beat the run's (405B: CP 2 and one layer per
     virtual stage come out 35% faster than Meta's layout, 21% fewer GPU-hours) but not by more
-    than 25% of the GPU-hours, nor fall behind it by more than 15%. LLaMA 65B (no layout published; its total is its published throughput): the
-    planner's layout within 15%. README explains the others, whose totals count more."""
+    than 25% of the GPU-hours, nor fall behind it by more than 15%. LLaMA 65B (no layout published; its total is its published throughput):
+    the planner's layout by the same rule (-14% today; with its bound on a pipeline counting
+    interleaving the planner finds faster layouts, -13% to -16% as it improves, and Meta's is not
+    published). README explains the others, whose totals count more."""
     for run in ("Llama 3.1 405B", "DeepSeek-V3 (pre-training)"):
         assert -0.25 <= rows[run].error <= 0.15, (run, rows[run].error)
     assert abs(rows["DeepSeek-V3 (pre-training)"].layout_error) <= 0.15
     # Meta publishes no recompute: at its layout the model fits without any (92% of the GPU, within
     # Megatron's 95% rule), 21% faster than the GPU-hours imply; with full recompute it was +3%
     assert -0.25 <= rows["Llama 3.1 405B"].layout_error <= 0.15, rows["Llama 3.1 405B"].layout_error
-    assert abs(rows["LLaMA 65B"].error) <= 0.15, rows["LLaMA 65B"].error
+    assert -0.25 <= rows["LLaMA 65B"].error <= 0.15, rows["LLaMA 65B"].error
     assert rows["LLaMA 65B"].implied_tps == pytest.approx(380, rel=0.01)      # 1.4T tokens / 1,022,362 GPU-hours
     # BLOOM's throughput at its published layout is its measured ~150 TFLOP/s per GPU (6 x 176B x tokens/s);
     # its total counts 3.5 months of 384 GPUs, restarts and all
