@@ -297,10 +297,10 @@ def plans_bar(plans: list[dict]) -> Figure:
 def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
     """One trace per node count for measured runs; a point with a `series` (a published table)
     goes in that series' trace, drawn as larger diamonds; the visitor's uploaded runs (`yours`) are
-    one trace of orange stars, drawn last, over the others. Both axes span the same range at the same
-    scale, so y = x is the diagonal, with a +-20% band; log axes when the values span a decade or
-    more (a 500 tokens/s run beside a 50,000 one); the legend at the side, not over the plot's
-    height."""
+    one trace of raspberry stars, first in the legend and drawn last, over the others. Both axes
+    span the same range at the same scale, so y = x is the diagonal, with a +-20% band; log axes
+    when the values span a decade or more (a 500 tokens/s run beside a 50,000 one); the legend at
+    the side, not over the plot's height."""
     both = [v for p in points for v in (p["measured"], p["predicted"])]
     log = min(both) > 0 and max(both) / min(both) >= 10
     groups: dict = {}
@@ -308,10 +308,11 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
         kind = (2, "your runs") if p.get("yours") else (1, p["series"]) if p.get("series") else (0, p["nodes"])
         groups.setdefault(kind, []).append(p)
     marker = {0: {}, 1: dict(symbol="diamond", size=11, line=dict(width=1, color="#111")),
-              2: dict(symbol="star", size=15, color="#e8590c", line=dict(width=1, color="#111"))}
+              2: dict(symbol="star", size=17, color="#d6336c", line=dict(width=1.5, color="#111"))}
     data = [dict(type="scattergl", x=[p["measured"] for p in pts], y=[p["predicted"] for p in pts], mode="markers",
                  name=f"{key} node{'s' if key > 1 else ''}" if kind == 0 else key, text=[p["label"] for p in pts],
-                 marker=marker[kind], hovertemplate="%{text}<br>measured %{x:.3g}<br>predicted %{y:.3g}<extra></extra>")
+                 marker=marker[kind], legendrank=1 if kind == 2 else 1000,       # the visitor's first in the legend
+                 hovertemplate="%{text}<br>measured %{x:.3g}<br>predicted %{y:.3g}<extra></extra>")
             for (kind, key), pts in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
     lo, hi = min(both), max(both)
     lo, hi = (lo / 1.3, hi * 1.3) if log else (min(0.0, lo), hi * 1.05)

@@ -64,7 +64,8 @@ SCENARIO = {
     "ep": (_slider(1, 256, "ep (expert parallel)"), 1),
     "etp": (_slider(0, 64, "etp (experts' tensor parallel; 0: as tp)"), 0),
     "vpp": (_slider(1, 8, "vpp (virtual stages)"), 1),
-    "split": (lambda v: gr.Textbox(v, label="layers per pipeline stage (18/21/21/20; empty: even)",
+    "split": (lambda v: gr.Textbox(v, label="layers per pipeline stage (18/21/21/20, a run as value x count: "
+                                          "0/1x126/0; empty: even)",
                                    max_length=MAX_LIST_CHARS), ""),
     "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron)"), 0),
     "offload_modules": (lambda v: gr.Dropdown([("none", ""),
@@ -80,7 +81,8 @@ SCENARIO = {
             64),
     "seq": (_slider(512, 131072, "sequence length", 512), 4096),
     "recompute": (lambda v: recompute_radio(v, moe=False), "none"),
-    "recompute_ranks": (lambda v: gr.Textbox(v, label="recompute per pipeline rank (full/none; empty: same on all)",
+    "recompute_ranks": (lambda v: gr.Textbox(v, label="recompute per pipeline rank, first to last (fullx2/none: "
+                                                     "a run as value x count; empty: same on all)",
                                              max_length=MAX_LIST_CHARS), ""),
     "schedule": (lambda v: gr.Dropdown(list(SCHEDULES), value=v, label="pipeline schedule"), "1f1b"),
     "precision": (lambda v: gr.Radio(["bf16", "fp8"], value=v, label="precision"), "bf16"),

@@ -1,6 +1,6 @@
 """Benchmark explorer: measured vs predicted for every result row, bundled (benchmarks/results/),
 the server's own results directory (`PLAYBOOK_RESULTS`, set by whoever runs the app) and a file
-the visitor uploads (drawn as one trace of orange stars, with its own median error), filtered by
+the visitor uploads (drawn as one trace of raspberry stars, with its own median error), filtered by
 model, node count and status. A visitor never names a path: an
 upload is read only from Gradio's upload folder, at most MAX_UPLOAD_BYTES, as JSON Lines. Measured runs
 are drawn per node count; rows from a published table (their config names a `release`) are their
@@ -72,7 +72,7 @@ def compute(v: dict):
     yours = [p for p in pts if p["yours"]]
     measured = [p for p in pts if not p["series"] and not p["yours"]]
     tables = [p for p in pts if p["series"] and not p["yours"]]
-    parts = [f"Orange stars: **your {len(yours)} run{'s' if len(yours) > 1 else ''}**; {median_error(yours)}."] \
+    parts = [f"Raspberry stars: **your {len(yours)} run{'s' if len(yours) > 1 else ''}**; {median_error(yours)}."] \
         if yours else []
     parts += [f"{len(measured)} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
              f"each run (default hardware profile: the nominal network, which the runs on many nodes did not "

@@ -23,7 +23,7 @@ def compute(v: dict):
     model, cluster, par = scenario_from(v)
     mem = memory_dict(model, cluster, par)
     verdict = "fits" if mem["fits"] else "does **not** fit"
-    text = (f"{which_model(v, model)}{escape.md(model.describe())}\n\n"
+    text = (f"{which_model(v)}{escape.md(model.describe())}\n\n"
             f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
             f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "

@@ -79,7 +79,11 @@ def test_a_pasted_sliding_window_config_names_its_windowed_layers(demo, client):
                          "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
                          "sliding_window": 4096, "_name_or_path": "<b>gemma</b>"})
     _, text = client.predict(*args_of(demo, "memory_1_1", config=gemma2), api_name="/memory_1_1")
-    assert "From the pasted config.json" in text and "on 21 of 42 layers" in text and "pairs within it" in text
+    # the model's description names its window once (the step widget's note says what that counts)
+    assert "From the pasted config.json" in text and "sliding window 4,096 on 21 layers" in text
+    assert "pairs within it" not in text
+    _, text = client.predict(*args_of(demo, "step_14_1", config=gemma2, nodes=1), api_name="/step_14_1")
+    assert "on 21 of 42 layers" in text and "pairs within it" in text
     assert "<b>" not in text
 
 

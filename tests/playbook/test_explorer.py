@@ -89,4 +89,4 @@ def test_a_visitors_runs_are_their_own_orange_stars_with_their_own_error():
     mine = [t for t in fig["data"] if t.get("name") == "your runs"]
     assert len(mine) == 1 and len(mine[0]["x"]) == 1 and mine[0]["marker"]["symbol"] == "star"
     assert fig["data"].index(mine[0]) == max(i for i, t in enumerate(fig["data"]) if t.get("type") == "scattergl")
-    assert text.startswith("Orange stars: **your 1 run**; median |predicted/measured - 1| = ")
+    assert text.startswith("Raspberry stars: **your 1 run**; median |predicted/measured - 1| = ")
