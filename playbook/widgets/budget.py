@@ -85,7 +85,7 @@ def compute(v: dict):
                          f"{o['goodput']:.1%} | {o['days']:,.1f} | {hours(o['gpu_hours'])} |")
     lines.append("\nGoodput: failures restart the whole job from its last checkpoint, taken at the Young/Daly "
                  "interval; not in the time: batch ramp-up, evaluation, ablations.")
-    title = f"{ans['model']}: {ans['tokens'] / 1e12:,.3g}T tokens on {ans['gpu']}"
+    title = f"{ans['model']}: {ans['tokens'] / 1e12:,.3g}T tokens on {ans['gpu']}, {v['precision']}, {v['framework']}"
     return budget_plot(ans["options"], ans["knee_gpus"] if ans["past_knee"] else None, title), "\n".join(lines)
 
 

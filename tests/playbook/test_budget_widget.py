@@ -41,3 +41,5 @@ def test_precision_and_framework_reach_the_planner_and_fp8_needs_fp8_tensor_core
     _, bf16 = budget.compute(small)
     _, fp8 = budget.compute({**small, "precision": "fp8"})
     assert "bf16 GEMMs, as megatron runs it" in bf16 and "fp8 GEMMs" in fp8 and bf16 != fp8
+    fig, _ = budget.compute({**small, "precision": "fp8", "framework": "fsdp2"})
+    assert fig["layout"]["title"]["text"].endswith("H100-80GB, fp8, fsdp2")      # two charts tell themselves apart
