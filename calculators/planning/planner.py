@@ -27,6 +27,7 @@ from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.validate import check_fields
 from .explain import Plan, PlanResult, Rejected, distinct, finalists, oom_reason, rejections, why
+from .bound import optimistic
 from .impossible import impossible
 from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
@@ -117,37 +118,6 @@ class _Search:
         layer's all-to-alls)."""
         return ["dualpipe"] if self.model.moe and "dualpipe" in self.space["schedule"] else []
 
-    def optimistic(self, base) -> float:
-        """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
-        stage, the schedules with the smallest bubble (zero-bubble or 1F1B; the deepest interleaving
-        that runs; DualPipe, hiding MoE all-to-alls, where allowed), the smallest and largest mbs."""
-        sp = self.space
-        schedules = [(base.schedule, base.vpp)]
-        if base.pp > 1:
-            schedules = [(next((s for s in ("zb", "1f1b") if s in sp["schedule"]), base.schedule), 1)]
-            m = self.gbs // (base.dp * min(sp["mbs"]))
-            # where 1F1B's bubble is over the pruning slack only a bound with interleaving keeps the
-            # structure; not for MoE yet: there it expands 7 times the structures (DeepSeek-V3, 1,024
-            # GPUs: 1.3 s to 12 s, past the widget's 10 s)
-            if "interleaved" in sp["schedule"] and not self.model.moe and (base.pp - 1) / (m + base.pp - 1) > \
-                    1 - 1 / PRUNE:
-                schedules += [("interleaved", v) for v in sorted(sp["vpp"], reverse=True)]
-        schedules += [(s, 1) for s in self.pairing()]
-        times = []
-        for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if self.gbs % (base.dp * b) == 0)}:
-            interleaved = False
-            for schedule, vpp in dict.fromkeys(schedules):
-                if schedule == "interleaved" and interleaved:
-                    continue                       # the deepest interleaving that runs is enough
-                try:
-                    par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
-                                  schedule=schedule, vpp=vpp)
-                    times.append(self.score(par, fits=False))
-                    interleaved = interleaved or schedule == "interleaved"
-                except (ConfigError, ValueError):
-                    continue
-        return min(times, default=0.0)
-
     def worth_rebalancing(self, par) -> bool:
         """An uneven split moves layers, it does not remove work: a layout whose even split is
         already well behind the leaders will not catch up (the DP costs a few ms)."""
@@ -202,7 +172,7 @@ class _Search:
     def run(self):
         """Best first: structures in order of their optimistic time; one that is already over
         PRUNE x the leaders' time is not expanded (its knobs can only slow it down further)."""
-        bases = sorted(((self.optimistic(b), i, b) for i, b in enumerate(self.frugal())), key=lambda x: x[:2])
+        bases = sorted(((optimistic(self, b, PRUNE), i, b) for i, b in enumerate(self.frugal())), key=lambda x: x[:2])
         for t, _, base in bases:
             if len(self.leaders) >= FINALISTS and t > PRUNE * self.leaders[-1]:
                 self.rejected.append(Rejected(base, f"slower: at best {t:.3g} s per step, more than "
