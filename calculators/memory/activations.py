@@ -175,7 +175,7 @@ def _mlp_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
         return {"mlp": ffn_bytes * T * model.ffn / t}
     e = model.moe
     Tr = T / t if par.sp else T                       # tokens routed by this GPU
-    # the tokens its experts run on: gathered over the expert-TP group (compute.routed_tokens)
+    # the tokens its experts run on: gathered over the expert-TP group (parallel.routed_tokens)
     routed = e.top_k * routed_tokens(par, T)
     return {"router": FP32 * Tr * e.experts + 8 * Tr * e.top_k,
             "dispatch": (gemm_input_bytes(par) + BF16) * routed * model.hidden,

@@ -7,12 +7,13 @@ granite, gpt_neox, gpt2. A missing field, a value of the wrong type or over its 
 
 Gemma's gated GELU has SwiGLU's three matrices (`mlp="swiglu"` is the shape), its embeddings are
 tied unless the config says otherwise, and its head_dim is read (256 on Gemma 1 and 2 where
-hidden / heads is not); the heads, kv heads, head_dim and vocabulary a Gemma config leaves out take
-transformers' defaults for its type (DEFAULTS). Gemma 2 and 3 also normalise each block's outputs (two more RMSNorms a
-layer, 0.02% of the parameters); those are not counted. Sliding-window attention (Mistral 7B v0.1,
-Phi-3, Gemma 2 and 3 on most layers, Qwen2 from max_window_layers on where use_sliding_window is
-set) is read as the model's `window` and `window_layers`: those layers' attention counts only the
-pairs within the window (flops.attention_flops), as FlashAttention's local attention computes them.
+hidden / heads is not); the heads, kv heads, head_dim and vocabulary a Gemma config leaves out
+take transformers' defaults for its type (DEFAULTS). Gemma 2 and 3 also normalise each block's
+outputs (two more RMSNorms a layer, 0.02% of the parameters); those are not counted.
+Sliding-window attention (Mistral 7B v0.1, Phi-3, Gemma 2 and 3 on most layers, Qwen2 from
+max_window_layers on where use_sliding_window is set) is read as the model's `window` and
+`window_layers`: those layers' attention counts only the pairs within the window
+(flops.attention_flops), as FlashAttention's local attention computes them.
 """
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
         raise ConfigError(f.problems)
-    if kind in LLAMA_LIKE and not f.problems:
+    if kind in LLAMA_LIKE:
         args["window"], args["window_layers"] = _window(cfg, kind, args["layers"])
     note = f"sliding-window attention of {args['window']:,} tokens on {args['window_layers']} of {args['layers']} " \
         "layers (their attention FLOPs count only the pairs within it)" if args.get("window_layers") else ""

@@ -88,12 +88,9 @@ ATTENTION_COLUMNS = ("q", "k", "v", "q_b", "kv_b")
 def expert_tokens(model: ModelSpec, par: ParallelConfig, T: float) -> float:
     """Tokens each of this GPU's E/ep experts runs on per micro-batch: the expert group's tokens
     spread over E experts, ep*Tr*K/E each, times the routing imbalance on the busiest rank, which
-    the others wait for. Tr, the tokens a rank routes: with sequence parallelism its T/tp shard,
-    gathered over the expert-TP group (etp ranks split each expert's ffn instead), so Tr = T*etp/tp.
-    Without it each TP rank holds all T tokens, and an expert-TP group wider than TP gathers those of
-    the etp/tp data-parallel ranks it spans: Tr = T*max(1, etp/tp) (tp 1, etp 8: 8T)."""
+    the others wait for; Tr, the tokens that reach this GPU's experts, is parallel.routed_tokens
+    (gathered over the expert-TP group: T*etp/tp with sequence parallelism; tp 1, etp 8: 8T)."""
     return par.ep * routed_tokens(par, T) * model.moe.top_k / model.moe.experts * par.moe_imbalance
-
 
 
 def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:
