@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session of measurements on a single H100 (or H200): the suites that need one GPU only.
 #   bash benchmarks/sessions/h100.sh OUTDIR [stage ...]
-# Stages: probe gemm attention long train1 train2 train3 memory cp sustained phases extra expandable moe (default:
+# Stages: probe gemm attention long train1 train2 train3 memory cp sustained attention-sustained phases extra
+# expandable moe (default:
 # probe gemm attention long train1 train2 memory cp). Each stage has a wall-clock limit so that one
 # slow or hanging stage cannot take the others' time; results append to OUTDIR/<suite>.jsonl (a
 # sweep resumes: configs already there are skipped).
@@ -60,6 +61,11 @@ for s in $stages; do
       nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
         --format=csv -lms 500 > "$out/clocks.csv" & smi=$!
       stage sustained 60 $py "$here/sustained.py" 25
+      stage sustained-attention 60 $py "$here/sustained.py" 25 attention
+      kill $smi ;;
+    attention-sustained)   # the attention half of sustained alone, its clocks in their own file
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv -lms 500 > "$out/clocks_attention.csv" & smi=$!
       stage sustained-attention 60 $py "$here/sustained.py" 25 attention
       kill $smi ;;
     phases)      # where one GPU's training memory goes, phase by phase
