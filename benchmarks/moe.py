@@ -6,9 +6,11 @@ parallelism `ep` (E/ep local experts), with balanced routing (as the forced-bala
 run; each GPU then receives T*K token copies, ep*T*K/E for each local expert):
 - router: the gate's logits (T x h by h x E), softmax in fp32, top-k. The calculators cost the
   GEMM only.
-- permute: the K*T copies of the tokens gathered in expert order (index_select), and the combine:
-  each copy scaled by its routing weight and summed back into its token (index_add_). The
-  calculators: elementwise.permute_bytes at the HBM rate, twice that backward.
+- permute: torchtitan's eager sequence: the K*T copies of the tokens gathered in expert order
+  (torch.gather), each scaled by its routing score through fp32, and summed back into its token
+  (scatter_add); with ep > 1 the copies are reordered rank-major to expert-major and back, as
+  torchtitan does around its all-to-alls. The calculators: elementwise.eager_permute_bytes at the
+  HBM rate, the same backward.
 - experts: gate and up as one GEMM of width 2*ffn, SiLU(gate) * up, down; as one grouped GEMM per
   projection (`torch._grouped_mm`, torchtitan's kernel; Megatron's TE GroupedLinear is another
   grouped kernel) and as a loop of per-expert matmuls (an eager stack without a grouped kernel).
@@ -106,7 +108,6 @@ def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]
     w1, w2 = leaf(local, 2 * f, h, scale=h ** -0.5), leaf(local, h, f, scale=f ** -0.5)
     xs = leaf(local * n, h)                                  # the copies this GPU receives, in expert order
     src, weight = _routing(T, K, E, device)
-    weight = weight.to(dtype)
     offs = torch.arange(1, local + 1, device=device, dtype=torch.int32) * n
 
     def router(x_, gate_):
@@ -114,9 +115,18 @@ def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]
         probs, _ = torch.topk(logits.float().softmax(dim=-1), K, dim=-1)
         return probs
 
+    idx = src[:, None].expand(-1, h)
+    reorder = torch.arange(T * K, device=device).view(ep, local, -1).transpose(0, 1).reshape(-1)
+
     def permute(x_):
-        copies = x_.index_select(0, src)
-        return torch.zeros_like(x_).index_add(0, src, copies * weight[:, None])
+        copies = torch.gather(x_, 0, idx)
+        if ep > 1:                             # rank-major to expert-major after the all-to-all, and back
+            copies = copies[reorder]
+            back = torch.empty_like(copies)
+            back[reorder] = copies
+            copies = back
+        scaled = (copies.float() * weight[:, None]).to(x_.dtype)
+        return torch.zeros_like(x_).scatter_add(0, idx, scaled)
 
     def grouped(xs_, w1_, w2_):
         a = torch._grouped_mm(xs_, w1_.transpose(-2, -1), offs=offs)

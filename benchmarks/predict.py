@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from calculators.time.attention import rates
 from calculators.time.compute import expert_tokens, gemm_time, memory_time
-from calculators.time.elementwise import FUSED, permute_bytes
+from calculators.time.elementwise import FUSED, eager_permute_bytes
 from calculators.specs.errors import ConfigError
 from calculators.specs.frameworks import fused_matmuls
 from calculators.specs.parallel import ParallelConfig
@@ -62,11 +62,12 @@ def moe_model(name: str):
 
 def moe(model: str, ep: int, tokens: int, dtype: str, hardware: dict) -> dict:
     """The calculators' seconds for the moe suite's parts (benchmarks/moe.py), forward ("<part>_forward_s")
-    and forward + backward ("<part>_s"): the router's GEMM; the permutation and combine's bytes;
-    the experts' GEMMs (gate and up fused, as the suite runs them) on compute.expert_tokens each
-    and the SwiGLU's bytes. A backward runs each GEMM twice (input and weight gradients) and moves
-    twice the forward's bytes. The grouped kernel and the per-expert loop get the same cost: the
-    calculators tell them apart by nothing but the GEMM shapes."""
+    and forward + backward ("<part>_s"): the router's GEMM; torchtitan's eager permutation and
+    combine (elementwise.eager_permute_bytes); the experts' GEMMs (gate and up
+    fused, as the suite runs them) on compute.expert_tokens each and the SwiGLU's bytes. A backward
+    runs each GEMM twice (input and weight gradients) and moves twice the forward's element-wise
+    bytes. The grouped kernel and the per-expert loop get the same cost: the calculators tell them
+    apart by nothing but the GEMM shapes."""
     spec = moe_model(model)
     cluster = parse_hardware(hardware)
     gpu, profile = cluster.gpu, parse_profile(hardware, cluster)
@@ -82,8 +83,8 @@ def moe(model: str, ep: int, tokens: int, dtype: str, hardware: dict) -> dict:
     (_, _, _, act_b, _), _ = FUSED["backward"]
     routed = tokens * spec.moe.top_k * spec.moe.expert_ffn
     act = memory_time(act_f * routed, 1, gpu, profile), memory_time(act_b * routed, 2, gpu, profile)
-    perm = memory_time(permute_bytes(spec, tokens), 2, gpu, profile), \
-        memory_time(2 * permute_bytes(spec, tokens), 4, gpu, profile)
+    perm = tuple(memory_time(eager_permute_bytes(spec, tokens, ep, way), 6 + 2 * (ep > 1), gpu, profile)
+                 for way in ("forward", "backward"))
     out = {"tokens_per_expert": n}
     for part, (fwd, bwd) in {"router": (r_gemms, 2 * r_gemms), "permute": perm,
                              "experts": (e_gemms + act[0], 2 * e_gemms + act[1])}.items():

@@ -38,7 +38,7 @@ HARNESS_OUT = results.BUNDLED / "h100_harness.jsonl"
 STACKS_OUT = results.BUNDLED / "published_more.jsonl"
 HARNESS_DATA = Path(__file__).parent / "data" / "h100_harness"
 HARNESS_SOURCE = "this project's harness on one H100 80GB, 2026-11-25 (validation/data/h100_harness)"
-HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory")
+HARNESS_FILES = ("gemm", "attention", "train", "train_fused_adamw", "memory", "moe")
 MEMORY_KEYS = ("params_gib", "grads_gib", "grads_full_gib", "optimizer_gib", "activations_gib", "other_gib",
                "total_gib", "capacity_gib", "fits")
 STEP_KEYS = ("time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction")
@@ -159,7 +159,7 @@ def _repredict(row: dict) -> dict:
         row["prediction"] = predict.gemm(m["m"], m["n"], m["k"], m["dtype"], {"gpu": "H100-80GB"})
     elif row["suite"] == "attention" and row["status"] == "ok":
         row["prediction"] = predict.attention(m, "H100-80GB")
-    elif row["suite"] == "moe" and row["status"] == "ok":      # (add "moe" to HARNESS_FILES with its rows)
+    elif row["suite"] == "moe" and row["status"] == "ok":
         row["prediction"] = predict.moe(m["model"], m["ep"], m["tokens"], m["dtype"], {"gpu": "H100-80GB"})
     row["config"] = cfg
     row["source"] = HARNESS_SOURCE

@@ -4,20 +4,29 @@ row was measured).
 
     python -m validation.harness
 
-Prints four tables: training steps on one GPU (step time, MFU, peak allocated memory against the
+Prints six tables: training steps on one GPU (step time, MFU, peak allocated memory against the
 predicted total, and whether the calculators called it fitting), the memory suite's ranks of
-multi-GPU layouts (state bytes and peak), GEMMs (measured over predicted TFLOP/s, by dtype) and
-attention kernels (measured over the table's TFLOP/s, by kernel). Errors are (predicted -
+multi-GPU layouts (state bytes and peak), GEMMs (measured over predicted TFLOP/s, by dtype),
+attention kernels (measured over the table's TFLOP/s, by kernel), one GPU's share of MoE layers
+(measured over predicted seconds, by part) and the eager MoE permutation kernel by kernel on an H100
+and an H200 (validation/data/h100_harness/moe_permute_*.jsonl, predicted by
+calculators.time.elementwise.eager_permute_bytes). Errors are (predicted -
 measured) / measured: positive means the calculators are slow (time) or high (memory).
 """
 from __future__ import annotations
 
+import json
 import statistics
 import sys
+import types
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks import results
 from calculators.memory.estimate import USABLE_FRACTION
+from calculators.scenario import parse_hardware, parse_profile
+from calculators.time.compute import memory_time
+from calculators.time.elementwise import eager_permute_bytes
 from validation.bundle import HARNESS_OUT
 
 
@@ -78,6 +87,30 @@ def ratios(suite: str, key: str, group: str) -> dict[str, list[float]]:
     return out
 
 
+PERMUTE_DATA = {"H100-80GB": Path(__file__).parent / "data" / "h100_harness" / "moe_permute_h100.jsonl",
+                "H200-141GB": Path(__file__).parent / "data" / "h100_harness" / "moe_permute_h200.jsonl"}
+
+
+def permute_check() -> list[tuple[str, str, str, float, float]]:
+    """(gpu, shape, sequence, predicted / measured forward, predicted / measured backward) for each
+    whole eager permutation timed by benchmarks/sessions/moe_permute.py: torchtitan's of mid-2025
+    (no expert parallelism) and torchtitan 0.3's with the reorders of expert parallelism 8."""
+    out = []
+    for gpu, path in PERMUTE_DATA.items():
+        cluster = parse_hardware({"gpu": gpu})
+        profile = parse_profile({"gpu": gpu}, cluster)
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r["part"] not in ("torchtitan", "torchtitan_ep"):
+                continue
+            spec = types.SimpleNamespace(hidden=r["hidden"], moe=types.SimpleNamespace(top_k=r["top_k"]))
+            ep = 8 if r["part"] == "torchtitan_ep" else 1
+            t = {way: memory_time(eager_permute_bytes(spec, r["tokens"], ep, way), 6 + 2 * (ep > 1), cluster.gpu,
+                                  profile) for way in ("forward", "backward")}
+            out.append((gpu, r["shape"], r["part"], t["forward"] / r["forward_s"], t["backward"] / r["backward_s"]))
+    return out
+
+
 def main() -> int:
     c = train_check()
     print(f"Training on one H100 (eager or torch.compile, AdamW foreach unless said, bf16 autocast): {c.ok} ran, "
@@ -118,6 +151,15 @@ def main() -> int:
         for backend, xs in ratios("attention", key, "backend").items():
             print(f"  {backend} {key.split('_')[0]}: {statistics.median(xs):.2f} ({min(xs):.2f} to {max(xs):.2f}) "
                   f"over {len(xs)} cases")
+    print("\nMoE layers, one GPU's share (moe suite): measured / predicted seconds, forward + backward (median, range)")
+    for part in ("router", "permute", "experts", "experts_loop"):
+        xs = ratios("moe", f"{part}_s", "model")
+        flat = [x for v in xs.values() for x in v]
+        if flat:
+            print(f"  {part:13s} {statistics.median(flat):.2f} ({min(flat):.2f} to {max(flat):.2f}) over {len(flat)} cases")
+    print("\nEager MoE permutation, kernel by kernel: predicted / measured seconds")
+    for gpu, shape, seq, fwd, bwd in permute_check():
+        print(f"  {gpu:11s} {shape:18s} {seq:14s} forward {fwd:.2f}  backward {bwd:.2f}")
     return 0
 
 

@@ -44,18 +44,59 @@ GELU = {"forward": 4, "backward": 8}
 
 
 def permute_bytes(model: ModelSpec, tokens: float) -> float:
-    """HBM bytes of an MoE layer's forward permutation and unpermutation for `tokens` tokens: K bf16
-    copies of each token written out in expert order, and read back for the weighted combine (the
-    backward moves twice this)."""
+    """HBM bytes of an MoE layer's forward permutation and unpermutation for `tokens` tokens, as one
+    fused kernel each way runs them (Transformer Engine's moe_permute and moe_unpermute, which
+    Megatron's moe_permute_fusion uses): K bf16 copies of each token written out in expert order,
+    and read back for the weighted combine, each token gathering its K copies (the backward moves
+    twice this)."""
     return 2 * 2 * tokens * model.hidden * model.moe.top_k
+
+
+# An eager stack's permutation, as torchtitan's token dispatcher runs it: dispatch gathers each
+# token's K copies in expert order (read 2, write 2 bytes per copied element); combine scales each
+# copy by its routing score through fp32 (three kernels: upcast 2 + 4, multiply 4 + 4, downcast
+# 4 + 2 = 20) and scatter_adds it into its token (2 read per copy, 2 written per token, by
+# accumulation). Backward mirrors it: the scatter's gradient is a gather (4), the scale's 20, the
+# gather's gradient a scatter_add into the input's gradient. With expert parallelism the copies
+# are reordered from rank-major to expert-major after the dispatch all-to-all (a gather, 4) and
+# back before the combine (an index_put, 4); backward, the index_put's gradient is a gather (4) and
+# the gather's an index_put that accumulates into a zero-filled buffer (2 + 6): 12.
+EAGER_PERMUTE = 4 + 20
+EP_REORDER = {"forward": 8, "backward": 12}
+# PyTorch's eager accumulating scatter (atomic adds, or its sorted deterministic kernel) moves its
+# bytes at about a fifth of the rate the calculators give HBM (hbm_tbps x hbm_fraction): measured
+# (benchmarks/sessions/moe_permute.py) at 4.2 to 4.8 times that time on an H100 (atomic bf16
+# scatter_add, four MoE shapes; the deterministic kernel, torchtitan 0.3's, 3.5 to 5.4) and 4.6
+# to 6.2 on an H200 (deterministic). Fitted on the H100's atomic rows; the rest are the check.
+# torch.compile writes the sequence as four Triton kernels with vectorised fp32 atomics, which ran
+# at or under the fused count (H200), so a compiled stack takes permute_bytes.
+ACCUMULATE = 5.0
+
+
+def eager_permute_parts(model: ModelSpec, tokens: float, ep: int, way: str) -> tuple[float, float]:
+    """(bytes the plain kernels move, bytes the accumulating scatter moves) of an eager MoE layer's
+    permutation and combine for `tokens` tokens, "forward" or "backward"."""
+    copies = tokens * model.moe.top_k * model.hidden
+    plain = (EAGER_PERMUTE + (EP_REORDER[way] if ep > 1 else 0)) * copies + 2 * tokens * model.hidden   # + zero-fill
+    return plain, 2 * copies + 2 * tokens * model.hidden
+
+
+def eager_permute_bytes(model: ModelSpec, tokens: float, ep: int, way: str) -> float:
+    """HBM-equivalent bytes of an eager MoE layer's permutation and combine for `tokens` tokens,
+    "forward" or "backward", the scatter's counted ACCUMULATE times. On an H100 this reads
+    torchtitan's whole sequence to within 17% on four MoE shapes, with and without expert
+    parallelism (python -m validation.harness)."""
+    plain, scatter = eager_permute_parts(model, tokens, ep, way)
+    return plain + ACCUMULATE * scatter
 
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: float) -> dict:
     """{"forward": (bytes, kernels), "backward": (bytes, kernels)} of one layer's element-wise
     work for `tokens` tokens of a micro-batch on one GPU, and "mlp_share": the (forward, backward)
     fraction of those bytes that is the MLP's (its activation; an MoE layer's permutation). MoE
-    layers add the permutation of the routed tokens to their experts and back (K copies of each
-    token each way, twice backward)."""
+    layers add the permutation of the routed tokens to their experts and back: fused, K copies of
+    each token each way and twice that backward (permute_bytes); eager, torchtitan's sequence
+    (eager_permute_bytes)."""
     t = par.tp
     t_sp = tokens / t if par.sp else tokens
     # eager ops as torchtitan writes them, or as Hugging Face's modules do under DeepSpeed
@@ -63,18 +104,22 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
-        permute = permute_bytes(model, tokens)
+        if table is FUSED:
+            permute = {"forward": permute_bytes(model, tokens), "backward": 2 * permute_bytes(model, tokens)}
+        else:
+            permute = {way: eager_permute_bytes(model, tokens, par.ep, way) for way in ("forward", "backward")}
     else:
-        f_local, permute = model.ffn / t, 0.0
+        f_local, permute = model.ffn / t, None
+    permute_kernels = 4 if table is FUSED else 6 + (2 if par.ep > 1 else 0)
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
     out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
         mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local
-        mlp += permute if way == "forward" else 2 * permute
+        mlp += permute[way] if permute else 0.0
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
-        out[way] = (nbytes + extra, kernels + (4 if permute else 0) + extra_kernels)
+        out[way] = (nbytes + extra, kernels + (permute_kernels if permute else 0) + extra_kernels)
         mlp_share[way] = mlp / (nbytes + extra)
     out["mlp_share"] = (mlp_share["forward"], mlp_share["backward"])
     return out
