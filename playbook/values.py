@@ -75,6 +75,7 @@ def per_stage(text, key: str, number: bool) -> tuple:
     runs = []
     for part in (p.strip().replace(" ", "+") for p in text.split("/")) if text.strip() else ():
         head, sep, count = part.rpartition("x")        # a '+' typed into a link reads as a space
+        head, count = head.rstrip("+"), count.lstrip("+")   # and spaces around the x are no part of the value
         value, n = (head, int(count)) if sep and head and re.fullmatch(r"[0-9]{1,7}", count) else (part, 1)
         if n < 1:
             raise ConfigError(f"{key}: {show(part, 40)} repeats a value 0 times (a run is value x count, count 1 "

@@ -135,6 +135,7 @@ def test_per_stage_lists_read_as_the_labels_write_them():
     assert per_stage("1/2x62/1", "split", number=True) == (1,) + (2,) * 62 + (1,)
     assert per_stage("fullx2/moe_act layernorm/none", "recompute_ranks", number=False) == \
         ("full", "full", "moe_act+layernorm", "none")          # a '+' typed into a link arrives as a space
+    assert per_stage("full x2/ 2 x 3", "recompute_ranks", number=False) == ("full", "full", "2", "2", "2")
     assert per_stage("", "split", number=True) == ()
     for bad in ("1/x/2", "a/1", "-1/2", "18//20", "1x1000/1x100", "2x99999", "2x9999999"):
         with pytest.raises(ConfigError):
