@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import gradio as gr
@@ -65,7 +66,7 @@ SCENARIO = {
     "etp": (_slider(0, 64, "etp (experts' tensor parallel; 0: as tp)"), 0),
     "vpp": (_slider(1, 8, "vpp (virtual stages)"), 1),
     "split": (lambda v: gr.Textbox(v, label="layers per pipeline stage (18/21/21/20, a run as value x count: "
-                                          "0/1x126/0; empty: even)",
+                                          "1/2x62/1; empty: even)",
                                    max_length=MAX_LIST_CHARS), ""),
     "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron)"), 0),
     "offload_modules": (lambda v: gr.Dropdown([("none", ""),
@@ -246,10 +247,32 @@ def control_problem(comp, value) -> str:
     return ""
 
 
+# The controls whose label does not start with their key, as the calculators' messages name them
+ON_SCREEN = {"split": "layers per pipeline stage", "recompute_ranks": "recompute per pipeline rank",
+             "recompute": "activation recompute", "mbs": "micro-batch", "gbs": "global batch", "seq": "sequence length",
+             "zero": "ZeRO stage", "gpn": "GPUs per node", "sp": "sequence parallel", "gpu": "GPU",
+             "offload_layers": "layers whose activations wait in host memory", "experts": "local experts' GEMMs",
+             "offload_modules": "modules whose saved tensors wait in host memory", "schedule": "pipeline schedule",
+             "grad_dtype": "gradients kept and reduced in", "moment_dtype": "Adam moments in",
+             "master_dtype": "master weights", "fp8_recipe": "FP8 recipe", "fp8_weights": "FP8 layers' weights",
+             "framework": "framework memory layout", "dispatcher": "MoE dispatcher"}
+_NAMED = re.compile(r"\b(?:parallel\.|hardware\.)?(" + "|".join(sorted(ON_SCREEN, key=len, reverse=True)) +
+                    r")(?=\s*(?:=|:|\s+must|\s+is\b|\s+has\b|\s+lists|\s+repeats))")
+
+
+def on_screen(problem: str) -> str:
+    """`problem` with the on-screen labels of the settings it names by their key (split: 'layers per
+    pipeline stage'), so a visitor finds the control."""
+    keys = list(dict.fromkeys(m.group(1) for m in _NAMED.finditer(problem)))
+    if not keys:
+        return problem
+    return problem + " (" + "; ".join(f"{k}: the control '{ON_SCREEN[k]}'" for k in keys) + ")"
+
+
 def problem_text(exc: Exception) -> str:
     """The message a widget shows for `exc`; every problem escaped (it may quote a visitor's value)."""
     if isinstance(exc, ConfigError):
-        return "**Cannot evaluate this:**\n\n" + "\n".join(f"- {escape.md(p, 600)}" for p in exc.problems)
+        return "**Cannot evaluate this:**\n\n" + "\n".join(f"- {escape.md(on_screen(p), 700)}" for p in exc.problems)
     return (f"**Something went wrong** ({type(exc).__name__}: {escape.md(exc, 200)}). Change a setting, or "
             "report this.")
 

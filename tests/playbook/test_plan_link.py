@@ -149,3 +149,10 @@ def test_per_stage_lists_read_as_the_labels_write_them():
     with pytest.raises(ConfigError, match="characters long"):
         per_stage("1/" * 1_000_000, "split", number=True)
     assert time.perf_counter() - start < 0.05
+
+
+def test_a_widgets_message_names_the_control_a_setting_is_on():
+    from playbook.widgets import on_screen
+    assert on_screen("split: 'x' is not a layer count").endswith("(split: the control 'layers per pipeline stage')")
+    assert "'activation recompute'" in on_screen("parallel.recompute must be the most recompute of recompute_ranks")
+    assert on_screen("tp=6 must divide heads=32") == "tp=6 must divide heads=32"      # its label starts with tp
