@@ -6,11 +6,13 @@ parallelism `ep` (E/ep local experts), with balanced routing (as the forced-bala
 run; each GPU then receives T*K token copies, ep*T*K/E for each local expert):
 - router: the gate's logits (T x h by h x E), softmax in fp32, top-k. The calculators cost the
   GEMM only.
-- permute: torchtitan's eager sequence: the K*T copies of the tokens gathered in expert order
-  (torch.gather), each scaled by its routing score through fp32, and summed back into its token
-  (scatter_add); with ep > 1 the copies are reordered rank-major to expert-major and back, as
-  torchtitan does around its all-to-alls. The calculators: elementwise.eager_permute_bytes at the
-  HBM rate, the same backward.
+- permute: torchtitan's eager sequence as of mid-2025: the K*T copies of the tokens gathered in
+  expert order (torch.gather), each scaled by its routing score through fp32, and summed back into
+  its token (atomic scatter_add; torchtitan 0.3 gathers by x[idx] and sums with PyTorch's
+  deterministic kernel, both timed in benchmarks/sessions/moe_permute.py); with ep > 1 the copies
+  are reordered rank-major to expert-major and back, as torchtitan does around its all-to-alls.
+  The scores are fixed here (training also forms their gradient). The calculators:
+  elementwise.eager_permute_bytes(score_grad=False) at the HBM rate.
 - experts: gate and up as one GEMM of width 2*ffn, SiLU(gate) * up, down; as one grouped GEMM per
   projection (`torch._grouped_mm`, torchtitan's kernel; Megatron's TE GroupedLinear is another
   grouped kernel) and as a loop of per-expert matmuls (an eager stack without a grouped kernel).

@@ -24,7 +24,7 @@ from ..memory.activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
 from ..specs.frameworks import fused_matmuls
-from ..specs.kernels import layout_attention, loss_bytes_per_logit, loss_kernel
+from ..specs.kernels import elementwise_kernels, layout_attention, loss_bytes_per_logit, loss_kernel
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, routed_tokens
@@ -145,8 +145,10 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
     if "shared_experts" in mods and shared:
         total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)
     if "moe" in mods:
-        permute = 2 * BF16 * T * model.hidden * e.top_k
-        total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, 4, gpu, profile)
+        eager = elementwise_kernels(par) == "eager"
+        permute = elementwise.eager_permute_bytes(model, T, par.ep, "forward") if eager else \
+            elementwise.permute_bytes(model, T)
+        total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, 8 if eager else 4, gpu, profile)
     return total
 
 

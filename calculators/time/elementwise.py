@@ -60,33 +60,45 @@ def permute_bytes(model: ModelSpec, tokens: float) -> float:
 # gather's gradient a scatter_add into the input's gradient. With expert parallelism the copies
 # are reordered from rank-major to expert-major after the dispatch all-to-all (a gather, 4) and
 # back before the combine (an index_put, 4); backward, the index_put's gradient is a gather (4) and
-# the gather's an index_put that accumulates into a zero-filled buffer (2 + 6): 12.
+# the gather's an index_put that accumulates into a zero-filled buffer (2 + 6): 12. The routing
+# scores are trained through this product, so the backward also forms the scores' gradient: the
+# output gradient times the fp32 copies (4 + 4, write 4) summed over the hidden dimension (read 4):
+# 16 more, in two kernels (counted from PyTorch's own trace, tests/calculators; our GPU timings ran
+# the sequence with fixed scores, `score_grad=False`).
 EAGER_PERMUTE = 4 + 20
 EP_REORDER = {"forward": 8, "backward": 12}
+SCORE_GRAD = 16
 # PyTorch's eager accumulating scatter (atomic adds, or its sorted deterministic kernel) moves its
 # bytes at about a fifth of the rate the calculators give HBM (hbm_tbps x hbm_fraction): measured
 # (benchmarks/sessions/moe_permute.py) at 4.2 to 4.8 times that time on an H100 (atomic bf16
 # scatter_add, four MoE shapes; the deterministic kernel, torchtitan 0.3's, 3.5 to 5.4) and 4.6
 # to 6.2 on an H200 (deterministic). Fitted on the H100's atomic rows; the rest are the check.
-# torch.compile writes the sequence as four Triton kernels with vectorised fp32 atomics, which ran
-# at or under the fused count (H200), so a compiled stack takes permute_bytes.
+# torch.compile writes the sequence as four Triton kernels with vectorised fp32 atomics. A compiled
+# stack takes permute_bytes, which read the H200's compiled runs of it at 0.86 (forward) and 0.81
+# (backward) of the count for DeepSeek-V3's 16,384 tokens but 1.1 to 4.5 times for the narrower
+# shapes (Llama 4 Scout's top-1: 0.20 ms against 0.044 counted), where a few small kernels take
+# longer than their bytes: a known gap.
 ACCUMULATE = 5.0
 
 
-def eager_permute_parts(model: ModelSpec, tokens: float, ep: int, way: str) -> tuple[float, float]:
+def eager_permute_parts(model: ModelSpec, tokens: float, ep: int, way: str,
+                        score_grad: bool = True) -> tuple[float, float]:
     """(bytes the plain kernels move, bytes the accumulating scatter moves) of an eager MoE layer's
-    permutation and combine for `tokens` tokens, "forward" or "backward"."""
+    permutation and combine for `tokens` tokens, "forward" or "backward"; `score_grad`: the
+    backward forms the routing scores' gradient, as training does."""
     copies = tokens * model.moe.top_k * model.hidden
-    plain = (EAGER_PERMUTE + (EP_REORDER[way] if ep > 1 else 0)) * copies + 2 * tokens * model.hidden   # + zero-fill
-    return plain, 2 * copies + 2 * tokens * model.hidden
+    per_copy = EAGER_PERMUTE + (EP_REORDER[way] if ep > 1 else 0) + (SCORE_GRAD if score_grad and way == "backward"
+                                                                      else 0)
+    return per_copy * copies + 2 * tokens * model.hidden, 2 * copies + 2 * tokens * model.hidden   # + zero-fill
 
 
-def eager_permute_bytes(model: ModelSpec, tokens: float, ep: int, way: str) -> float:
+def eager_permute_bytes(model: ModelSpec, tokens: float, ep: int, way: str, score_grad: bool = True) -> float:
     """HBM-equivalent bytes of an eager MoE layer's permutation and combine for `tokens` tokens,
-    "forward" or "backward", the scatter's counted ACCUMULATE times. On an H100 this reads
-    torchtitan's whole sequence to within 17% on four MoE shapes, with and without expert
-    parallelism (python -m validation.harness)."""
-    plain, scatter = eager_permute_parts(model, tokens, ep, way)
+    "forward" or "backward", the scatter's counted ACCUMULATE times. With fixed scores
+    (score_grad=False) this reads torchtitan's whole sequence on an H100 to within 17% on four MoE
+    shapes, with and without expert parallelism (python -m validation.harness); the scores'
+    gradient is PyTorch's own count, not timed."""
+    plain, scatter = eager_permute_parts(model, tokens, ep, way, score_grad)
     return plain + ACCUMULATE * scatter
 
 
@@ -110,7 +122,9 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
             permute = {way: eager_permute_bytes(model, tokens, par.ep, way) for way in ("forward", "backward")}
     else:
         f_local, permute = model.ffn / t, None
-    permute_kernels = 4 if table is FUSED else 6 + (2 if par.ep > 1 else 0)
+    eager_kernels = 6 + (2 if par.ep > 1 else 0)                      # + the scores' gradient backward
+    permute_kernels = {"forward": 4, "backward": 4} if table is FUSED else \
+        {"forward": eager_kernels, "backward": eager_kernels + 2}
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
     out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
@@ -119,7 +133,7 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
-        out[way] = (nbytes + extra, kernels + (permute_kernels if permute else 0) + extra_kernels)
+        out[way] = (nbytes + extra, kernels + (permute_kernels[way] if permute else 0) + extra_kernels)
         mlp_share[way] = mlp / (nbytes + extra)
     out["mlp_share"] = (mlp_share["forward"], mlp_share["backward"])
     return out

@@ -85,7 +85,7 @@ def test_moe_layer_parts_on_an_h100():
     permute = [x for v in ratios("moe", "permute_s", "model").values() for x in v]
     experts = [x for v in ratios("moe", "experts_s", "model").values() for x in v]
     assert len(permute) == len(experts) >= 12
-    assert all(0.8 <= x <= 1.25 for x in permute)              # 1.10 to 1.17 when recorded
+    assert all(0.8 <= x <= 1.25 for x in permute)              # 1.06 to 1.12 when recorded
     assert 0.8 <= sorted(experts)[len(experts) // 2] <= 1.2 and all(0.65 <= x <= 1.3 for x in experts)
 
 
