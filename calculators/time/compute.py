@@ -146,8 +146,8 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
         total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)
     if "moe" in mods:
         eager = elementwise_kernels(par) == "eager"
-        permute = elementwise.eager_permute_bytes(model, T, par.ep, "forward") if eager else \
-            elementwise.permute_bytes(model, T)
+        permute = elementwise.eager_permute_bytes(model, routed_tokens(par, T), par.ep, "forward") if eager else \
+            elementwise.permute_bytes(model, routed_tokens(par, T))
         total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, 8 if eager else 4, gpu, profile)
     return total
 

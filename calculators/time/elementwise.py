@@ -30,7 +30,7 @@ from __future__ import annotations
 from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import elementwise_kernels
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig
+from ..specs.parallel import ParallelConfig, routed_tokens
 
 # (h, q, kv, ffn, head_dim) bytes per token, and kernels, of a SwiGLU layer's element-wise ops
 FUSED = {"forward": ((20, 4, 4, 6, 0), 10), "backward": ((40, 8, 8, 12, 0), 20)}
@@ -116,10 +116,11 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
+        routed = routed_tokens(par, tokens)          # what this GPU permutes: its shard, gathered over expert TP
         if table is FUSED:
-            permute = {"forward": permute_bytes(model, tokens), "backward": 2 * permute_bytes(model, tokens)}
+            permute = {"forward": permute_bytes(model, routed), "backward": 2 * permute_bytes(model, routed)}
         else:
-            permute = {way: eager_permute_bytes(model, tokens, par.ep, way) for way in ("forward", "backward")}
+            permute = {way: eager_permute_bytes(model, routed, par.ep, way) for way in ("forward", "backward")}
     else:
         f_local, permute = model.ffn / t, None
     eager_kernels = 6 + (2 if par.ep > 1 else 0)                      # + the scores' gradient backward
