@@ -69,6 +69,20 @@ def _routing(tokens: int, k: int, experts: int, device) -> tuple[torch.Tensor, t
     return order // k, torch.full((tokens * k,), 1.0 / k, device=device)
 
 
+def eager_permute(x: torch.Tensor, idx: torch.Tensor, score: torch.Tensor, reorder=None) -> torch.Tensor:
+    """torchtitan's eager permutation and combine, the experts left out: x's rows gathered as
+    copies in expert order (idx: each copy's token, expanded over the hidden dimension), with
+    expert parallelism reordered rank-major to expert-major and back (`reorder`), each copy scaled
+    by its routing score through fp32 and summed back into its token."""
+    copies = torch.gather(x, 0, idx)
+    if reorder is not None:
+        copies = copies[reorder]
+        back = torch.empty_like(copies)
+        back[reorder] = copies
+        copies = back
+    return torch.zeros_like(x).scatter_add(0, idx, (copies.float() * score[:, None]).to(x.dtype))
+
+
 def _swiglu(a: torch.Tensor) -> torch.Tensor:
     gate, up = a.chunk(2, dim=-1)
     return F.silu(gate) * up
@@ -121,14 +135,7 @@ def measure(case: dict, g: host.Grid, device: torch.device) -> tuple[dict, dict]
     reorder = torch.arange(T * K, device=device).view(ep, local, -1).transpose(0, 1).reshape(-1)
 
     def permute(x_):
-        copies = torch.gather(x_, 0, idx)
-        if ep > 1:                             # rank-major to expert-major after the all-to-all, and back
-            copies = copies[reorder]
-            back = torch.empty_like(copies)
-            back[reorder] = copies
-            copies = back
-        scaled = (copies.float() * weight[:, None]).to(x_.dtype)
-        return torch.zeros_like(x_).scatter_add(0, idx, scaled)
+        return eager_permute(x_, idx, weight, reorder if ep > 1 else None)
 
     def grouped(xs_, w1_, w2_):
         a = torch._grouped_mm(xs_, w1_.transpose(-2, -1), offs=offs)

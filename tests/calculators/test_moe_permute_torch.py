@@ -1,5 +1,5 @@
-"""An eager MoE layer's token permutation, as torchtitan's token dispatcher runs it, counted by
-PyTorch itself: the ops its forward and backward dispatch on fake tensors and the bytes each one
+"""An eager MoE layer's token permutation, as torchtitan's token dispatcher runs it (the moe
+suite's benchmarks.moe.eager_permute, which our GPU runs timed), counted by PyTorch itself: the ops its forward and backward dispatch on fake tensors and the bytes each one
 reads and writes, against calculators.time.elementwise's eager_permute_parts. What those bytes
 cost on a GPU (the accumulating scatter's rate) is held by tests/validation against our H100 and
 H200 measurements; this holds the sequence."""
@@ -10,6 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.moe import eager_permute
 from calculators.specs.parallel import ParallelConfig
 from calculators.specs.presets import model_from_name
 from calculators.time.elementwise import eager_permute_parts, layer_bytes
@@ -40,17 +41,6 @@ class _FloatBytes(TorchDispatchMode):
         return out
 
 
-def _titan(x, idx, score, reorder):
-    copies = torch.gather(x, 0, idx)
-    if reorder is not None:                   # rank-major to expert-major after the all-to-all, and back
-        copies = copies[reorder]
-        back = torch.empty_like(copies)
-        back[reorder] = copies
-        copies = back
-    scaled = (copies.float() * score[:, None]).to(x.dtype)
-    return torch.zeros_like(x).scatter_add(0, idx, scaled)
-
-
 @pytest.mark.parametrize("ep, score_grad", [(1, False), (8, False), (1, True), (8, True)])
 def test_torchtitans_permutation_moves_the_counted_bytes(ep, score_grad):
     """With fixed scores, as our GPU timings ran it, and with the scores trained through it, as
@@ -63,7 +53,7 @@ def test_torchtitans_permutation_moves_the_counted_bytes(ep, score_grad):
         score = torch.rand(T * K, requires_grad=score_grad)
         reorder = torch.arange(T * K).view(ep, E // ep, -1).transpose(0, 1).reshape(-1) if ep > 1 else None
         with _FloatBytes() as fwd:
-            y = _titan(x, idx, score, reorder)
+            y = eager_permute(x, idx, score, reorder)
         with _FloatBytes() as bwd:
             y.backward(torch.ones_like(y))
     names = [n for n, _ in fwd.ops]
