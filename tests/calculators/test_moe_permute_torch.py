@@ -1,6 +1,7 @@
 """An eager MoE layer's token permutation, as torchtitan's token dispatcher runs it (the moe
-suite's benchmarks.moe.eager_permute, which our GPU runs timed), counted by PyTorch itself: the ops its forward and backward dispatch on fake tensors and the bytes each one
-reads and writes, against calculators.time.elementwise's eager_permute_parts. What those bytes
+suite's benchmarks.moe.eager_permute, which our GPU runs timed), counted by PyTorch itself: the
+ops its forward and backward dispatch on fake tensors and the bytes each one reads and writes,
+against calculators.time.elementwise's eager_permute_parts. What those bytes
 cost on a GPU (the accumulating scatter's rate) is held by tests/validation against our H100 and
 H200 measurements; this holds the sequence."""
 import types
