@@ -257,13 +257,13 @@ ON_SCREEN = {"split": "layers per pipeline stage", "recompute_ranks": "recompute
              "master_dtype": "master weights", "fp8_recipe": "FP8 recipe", "fp8_weights": "FP8 layers' weights",
              "framework": "framework memory layout", "dispatcher": "MoE dispatcher"}
 _NAMED = re.compile(r"\b(?:parallel\.|hardware\.)?(" + "|".join(sorted(ON_SCREEN, key=len, reverse=True)) +
-                    r")(?=\s*(?:=|:|\s+must|\s+is\b|\s+has\b|\s+lists|\s+repeats))")
+                    r")(?= ?[=:]| must| is\b| has\b| lists| repeats)")      # no unbounded run: linear time
 
 
 def on_screen(problem: str) -> str:
     """`problem` with the on-screen labels of the settings it names by their key (split: 'layers per
     pipeline stage'), so a visitor finds the control."""
-    keys = list(dict.fromkeys(m.group(1) for m in _NAMED.finditer(problem)))
+    keys = list(dict.fromkeys(m.group(1) for m in _NAMED.finditer(problem[:2000])))
     if not keys:
         return problem
     return problem + " (" + "; ".join(f"{k}: the control '{ON_SCREEN[k]}'" for k in keys) + ")"

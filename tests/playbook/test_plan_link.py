@@ -156,3 +156,6 @@ def test_a_widgets_message_names_the_control_a_setting_is_on():
     assert on_screen("split: 'x' is not a layer count").endswith("(split: the control 'layers per pipeline stage')")
     assert "'activation recompute'" in on_screen("parallel.recompute must be the most recompute of recompute_ranks")
     assert on_screen("tp=6 must divide heads=32") == "tp=6 must divide heads=32"      # its label starts with tp
+    start = time.perf_counter()                      # a message quoting a visitor's long value stays linear
+    on_screen("split" + " " * 200_000 + "must" + " recompute" * 50_000)
+    assert time.perf_counter() - start < 0.1
