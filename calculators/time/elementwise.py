@@ -76,8 +76,9 @@ SCORE_GRAD = 16
 # torch.compile writes the sequence as four Triton kernels with vectorised fp32 atomics. A compiled
 # stack takes permute_bytes, which read the H200's compiled runs of it at 0.86 (forward) and 0.81
 # (backward) of the count for DeepSeek-V3's 16,384 tokens but 1.1 to 4.5 times for the narrower
-# shapes (Llama 4 Scout's top-1: 0.20 ms against 0.044 counted), where a few small kernels take
-# longer than their bytes: a known gap.
+# shapes (Llama 4 Scout's top-1: 0.20 ms against 0.044 counted): its forward zeroes, accumulates
+# and casts an fp32 buffer per token, 18 to 35 bytes per token and hidden element at the HBM rate
+# on these four shapes, which with one or two copies a token outweighs the copies: a known gap.
 ACCUMULATE = 5.0
 
 
