@@ -33,7 +33,9 @@ CSS = (".gradio-container {max-width: 1280px !important; width: 100%; margin: au
        " .gr-group .row.unequal-height > .column {background: var(--block-background-fill)}"
        # on a phone a wide formula, table or command scrolls in its own box, not the whole page sideways
        " .prose {min-width: 0; max-width: 100%}"
-       " .prose table, .prose pre, .prose .katex-display {display: block; max-width: 100%; overflow-x: auto}")
+       " .prose table, .prose pre, .prose .katex-display {display: block; max-width: 100%; overflow-x: auto}"
+       # a widget's message inset from the panel's edge, as its controls are
+       " .gr-group [id$='-note'] {padding: 0 12px}")
 
 
 def build_app() -> gr.Blocks:
