@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from calculators.time.attention import rates
 from calculators.time.compute import expert_tokens, gemm_time, memory_time
-from calculators.time.elementwise import FUSED, eager_permute_bytes
+from calculators.time.elementwise import FUSED, eager_permute_bytes, eager_permute_kernels
 from calculators.specs.errors import ConfigError
 from calculators.specs.frameworks import fused_matmuls
 from calculators.specs.parallel import ParallelConfig
@@ -60,11 +60,18 @@ def moe_model(name: str):
     return LOCAL_MODELS.get(name) or model_from_name(name)
 
 
+def permute_seconds(spec, tokens: int, ep: int, way: str, gpu, profile) -> float:
+    """The calculators' seconds for torchtitan's eager permutation and combine of `tokens` tokens, one
+    way, as our GPU runs timed it: with the routing scores fixed (training also forms their gradient)."""
+    return memory_time(eager_permute_bytes(spec, tokens, ep, way, score_grad=False),
+                       eager_permute_kernels(ep, way, score_grad=False), gpu, profile)
+
+
 def moe(model: str, ep: int, tokens: int, dtype: str, hardware: dict) -> dict:
     """The calculators' seconds for the moe suite's parts (benchmarks/moe.py), forward ("<part>_forward_s")
     and forward + backward ("<part>_s"): the router's GEMM; torchtitan's eager permutation and
-    combine (elementwise.eager_permute_bytes); the experts' GEMMs (gate and up
-    fused, as the suite runs them) on compute.expert_tokens each and the SwiGLU's bytes. A backward
+    combine (permute_seconds); the experts' GEMMs (gate and up fused, as the suite runs them) on
+    compute.expert_tokens each and the SwiGLU's bytes. A backward
     runs each GEMM twice (input and weight gradients) and moves twice the forward's element-wise
     bytes. The grouped kernel and the per-expert loop get the same cost: the calculators tell them
     apart by nothing but the GEMM shapes."""
@@ -83,8 +90,7 @@ def moe(model: str, ep: int, tokens: int, dtype: str, hardware: dict) -> dict:
     (_, _, _, act_b, _), _ = FUSED["backward"]
     routed = tokens * spec.moe.top_k * spec.moe.expert_ffn
     act = memory_time(act_f * routed, 1, gpu, profile), memory_time(act_b * routed, 2, gpu, profile)
-    perm = tuple(memory_time(eager_permute_bytes(spec, tokens, ep, way, score_grad=False), 6 + 2 * (ep > 1), gpu,
-                             profile) for way in ("forward", "backward"))       # the suite's scores are fixed
+    perm = tuple(permute_seconds(spec, tokens, ep, way, gpu, profile) for way in ("forward", "backward"))
     out = {"tokens_per_expert": n}
     for part, (fwd, bwd) in {"router": (r_gemms, 2 * r_gemms), "permute": perm,
                              "experts": (e_gemms + act[0], 2 * e_gemms + act[1])}.items():

@@ -10,7 +10,7 @@ multi-GPU layouts (state bytes and peak), GEMMs (measured over predicted TFLOP/s
 attention kernels (measured over the table's TFLOP/s, by kernel), one GPU's share of MoE layers
 (measured over predicted seconds, by part) and the eager MoE permutation kernel by kernel on an H100
 and an H200 (validation/data/h100_harness/moe_permute_*.jsonl, predicted by
-calculators.time.elementwise.eager_permute_bytes). Errors are (predicted -
+benchmarks.predict.permute_seconds). Errors are (predicted -
 measured) / measured: positive means the calculators are slow (time) or high (memory).
 """
 from __future__ import annotations
@@ -22,11 +22,9 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import results
+from benchmarks import predict, results
 from calculators.memory.estimate import USABLE_FRACTION
 from calculators.scenario import parse_hardware, parse_profile
-from calculators.time.compute import memory_time
-from calculators.time.elementwise import eager_permute_bytes
 from validation.bundle import HARNESS_OUT
 
 
@@ -105,8 +103,8 @@ def permute_check() -> list[tuple[str, str, str, float, float]]:
                 continue
             spec = types.SimpleNamespace(hidden=r["hidden"], moe=types.SimpleNamespace(top_k=r["top_k"]))
             ep = 8 if r["part"] == "torchtitan_ep" else 1
-            t = {way: memory_time(eager_permute_bytes(spec, r["tokens"], ep, way, score_grad=False), 6 + 2 * (ep > 1),
-                                  cluster.gpu, profile) for way in ("forward", "backward")}   # timed with fixed scores
+            t = {way: predict.permute_seconds(spec, r["tokens"], ep, way, cluster.gpu, profile)
+                 for way in ("forward", "backward")}
             out.append((gpu, r["shape"], r["part"], t["forward"] / r["forward_s"], t["backward"] / r["backward_s"]))
     return out
 
@@ -156,7 +154,8 @@ def main() -> int:
         xs = ratios("moe", f"{part}_s", "model")
         flat = [x for v in xs.values() for x in v]
         if flat:
-            print(f"  {part:13s} {statistics.median(flat):.2f} ({min(flat):.2f} to {max(flat):.2f}) over {len(flat)} cases")
+            print(f"  {part:13s} {statistics.median(flat):.2f} ({min(flat):.2f} to {max(flat):.2f}) "
+                  f"over {len(flat)} cases")
     print("\nEager MoE permutation, kernel by kernel: predicted / measured seconds")
     for gpu, shape, seq, fwd, bwd in permute_check():
         print(f"  {gpu:11s} {shape:18s} {seq:14s} forward {fwd:.2f}  backward {bwd:.2f}")

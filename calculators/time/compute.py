@@ -145,10 +145,13 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
     if "shared_experts" in mods and shared:
         total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)
     if "moe" in mods:
-        eager = elementwise_kernels(par) == "eager"
-        permute = elementwise.eager_permute_bytes(model, routed_tokens(par, T), par.ep, "forward") if eager else \
-            elementwise.permute_bytes(model, routed_tokens(par, T))
-        total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, 8 if eager else 4, gpu, profile)
+        moved = routed_tokens(par, T)
+        if elementwise_kernels(par) == "eager":
+            permute = elementwise.eager_permute_bytes(model, moved, par.ep, "forward")
+            kernels = elementwise.eager_permute_kernels(par.ep, "forward")
+        else:
+            permute, kernels = elementwise.permute_bytes(model, moved), 4
+        total += memory_time(BF16 * swiglu_io * (routed + shared) + permute, kernels, gpu, profile)
     return total
 
 

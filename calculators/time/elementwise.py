@@ -93,6 +93,12 @@ def eager_permute_parts(model: ModelSpec, tokens: float, ep: int, way: str,
     return per_copy * copies + 2 * tokens * model.hidden, 2 * copies + 2 * tokens * model.hidden   # + zero-fill
 
 
+def eager_permute_kernels(ep: int, way: str, score_grad: bool = True) -> int:
+    """Kernels of the eager permutation and combine: gather, three for the fp32 scale, zero-fill,
+    scatter; two for EP's reorders; two backward for the scores' gradient."""
+    return 6 + (2 if ep > 1 else 0) + (2 if score_grad and way == "backward" else 0)
+
+
 def eager_permute_bytes(model: ModelSpec, tokens: float, ep: int, way: str, score_grad: bool = True) -> float:
     """HBM-equivalent bytes of an eager MoE layer's permutation and combine for `tokens` tokens,
     "forward" or "backward", the scatter's counted ACCUMULATE times. With fixed scores
@@ -124,9 +130,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
             permute = {way: eager_permute_bytes(model, routed, par.ep, way) for way in ("forward", "backward")}
     else:
         f_local, permute = model.ffn / t, None
-    eager_kernels = 6 + (2 if par.ep > 1 else 0)                      # + the scores' gradient backward
-    permute_kernels = {"forward": 4, "backward": 4} if table is FUSED else \
-        {"forward": eager_kernels, "backward": eager_kernels + 2}
+    permute_kernels = {way: 4 if table is FUSED else eager_permute_kernels(par.ep, way)
+                       for way in ("forward", "backward")}
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
     out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():

@@ -247,26 +247,28 @@ def control_problem(comp, value) -> str:
     return ""
 
 
-# The controls whose label does not start with their key, as the calculators' messages name them
-ON_SCREEN = {"split": "layers per pipeline stage", "recompute_ranks": "recompute per pipeline rank",
-             "recompute": "activation recompute", "mbs": "micro-batch", "gbs": "global batch", "seq": "sequence length",
-             "zero": "ZeRO stage", "gpn": "GPUs per node", "sp": "sequence parallel", "gpu": "GPU",
-             "offload_layers": "layers whose activations wait in host memory", "experts": "local experts' GEMMs",
-             "offload_modules": "modules whose saved tensors wait in host memory", "schedule": "pipeline schedule",
-             "grad_dtype": "gradients kept and reduced in", "moment_dtype": "Adam moments in",
-             "master_dtype": "master weights", "fp8_recipe": "FP8 recipe", "fp8_weights": "FP8 layers' weights",
-             "framework": "framework memory layout", "dispatcher": "MoE dispatcher"}
-_NAMED = re.compile(r"\b(?:parallel\.|hardware\.)?(" + "|".join(sorted(ON_SCREEN, key=len, reverse=True)) +
-                    r")(?= ?[=:]| must| is\b| has\b| lists| repeats)")      # no unbounded run: linear time
+def _named():
+    """(the on-screen label of each scenario control whose label is not its key, a pattern that
+    finds those keys where a message names a setting), read off the controls themselves: at import,
+    since inside an event Gradio's constructors return updates, not components."""
+    labels = {key: make(default).label.split(" (")[0] for key, (make, default) in SCENARIO.items()}
+    labels = {key: label for key, label in labels.items() if label.lower() != key}
+    pattern = re.compile(r"\b(?:parallel\.|hardware\.)?(" + "|".join(sorted(labels, key=len, reverse=True)) +
+                         r")(?= ?[=:]| must| is\b| has\b| lists| repeats)")   # no unbounded run: linear time
+    return labels, pattern
+
+
+_LABELS, _NAMED = _named()
 
 
 def on_screen(problem: str) -> str:
     """`problem` with the on-screen labels of the settings it names by their key (split: 'layers per
     pipeline stage'), so a visitor finds the control."""
-    keys = list(dict.fromkeys(m.group(1) for m in _NAMED.finditer(problem[:2000])))
+    labels, pattern = _LABELS, _NAMED
+    keys = list(dict.fromkeys(m.group(1) for m in pattern.finditer(problem[:2000])))
     if not keys:
         return problem
-    return problem + " (" + "; ".join(f"{k}: the control '{ON_SCREEN[k]}'" for k in keys) + ")"
+    return problem + " (" + "; ".join(f"{k}: the control '{labels[k]}'" for k in keys) + ")"
 
 
 def problem_text(exc: Exception) -> str:
