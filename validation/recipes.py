@@ -33,6 +33,21 @@ def attention(settings: str) -> str:
     return "cudnn" if te_modules(settings) else ""
 
 
+def cudnn_2025(row: dict) -> bool:
+    """Whether a row's stack carries one of cuDNN's 2025 releases (9.9 to 9.13), whose attention
+    kernels on Blackwell the calculators cost with their own table (attention.B200_CUDNN_2025):
+    - a release it names (cudnn-frontend's Llama 3.2 1B benchmark: cuDNN 9.9.0);
+    - PyTorch 2.7 to 2.9: NGC's pytorch:25.04 has PyTorch 2.7.0 with cuDNN 9.9.0 (cudnn-frontend
+      benchmark/Llama-3.2-1B-Training README at 7606332), and PyTorch's CUDA 12.8 wheels of 2.8
+      and 2.9, nightlies included, require nvidia-cudnn-cu12 9.10.2.21
+      (.github/scripts/generate_binary_build_matrix.py of those releases);
+    - NeMo's 25.04 containers (April 2025): built before cuDNN 9.10 reached NGC's containers
+      (pytorch:25.05, cudnn-frontend's sdpa_benchmark_training README at 9793df5), so 9.9 at most.
+    NGC's pytorch:25.11 carries cuDNN 9.17.0 (that README at b372d39), today's table."""
+    text = row["framework_version"]
+    return re.search(r"cudnn\s*9\.(9|1[0-3])\b|(^|\W)(py)?torch\s*2\.[789]\b|nemo(:|\s+)25\.04", text, re.I) is not None
+
+
 def dispatcher(settings: str) -> str:
     """deepep where a row names DeepEP or HybridEP (both send a token once per node, and once per
     GPU inside it, that holds one of its experts), unless it says dispatcher=alltoall."""

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from calculators.specs.errors import ConfigError
 from calculators.time.flops import model_flops_per_token
-from calculators.specs.hardware import GPU_PRESETS, ClusterSpec
+from calculators.specs.hardware import BLACKWELL, GPU_PRESETS, ClusterSpec
+from calculators.specs.kernels import layout_attention
 from calculators.memory.estimate import estimate_memory
 from calculators.specs.models import ModelSpec, MoESpec
 from calculators.specs.parallel import ParallelConfig, check_layout
@@ -128,6 +129,8 @@ def _run(line: int, row: dict) -> Run:
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"), **recipes.knobs(row))
+    if gpu_name in BLACKWELL and recipes.cudnn_2025(row) and layout_attention(par, gpu_name) == "cudnn":
+        par = replace(par, attention="cudnn-2025")   # a 2025 cuDNN: Blackwell's kernels were slower then
     if gpu.gpus_per_node > per_node:
         # a rack-scale NVLink domain (GB200 NVL72) spans trays of 4: the fast domain is the largest
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)

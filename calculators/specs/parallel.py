@@ -19,7 +19,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, OFFLOAD_MODULES, STANDA
                         offload_modules, order as recompute_order, recomputed_norms,
                         valid as recompute_valid)
 
-ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn")    # "": the framework's (kernels.attention_kernel)
+ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn", "cudnn-2025")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled", "bf16")   # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
 ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
@@ -63,7 +63,7 @@ class ParallelConfig:
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
     flash: bool = True           # flash attention (no s x s score matrix is stored)
-    attention: str = ""          # its kernel: fa2 | fa3 | cudnn; "": the framework's (kernels.attention_kernel)
+    attention: str = ""          # its kernel: fa2 | fa3 | cudnn | cudnn-2025 (cuDNN 9.9 to 9.13); "": the framework's
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
     loss: str = ""               # the cross-entropy: eager | compiled | bf16 (eager on the bf16 logits, no fp32
                                  # upcast); "": the framework's (kernels.loss_kernel)

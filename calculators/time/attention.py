@@ -57,11 +57,9 @@ softmax needs did not, so each kernel family moves on its own.
   (ours dips at 16k unmasked backward: 517 TFLOP/s against its 612). Other Blackwell GPUs scale
   it by their bf16 peak: PyTorch's FA2 kernel ran 0.89 to 0.90 as fast on a B200 as on a GB200
   in that repository's earlier runs (benchmark/sdpa_benchmark_training/artifacts, 2025-10 and
-  2025-12), the ratio of their peaks. Earlier cuDNN releases were slower on 8k to 16k tokens:
-  9.13 on a B200 (2025-10, the same artifacts) ran at 0.83 of these rates forward and 0.79
-  backward at 8k after that scaling, and alike at 32k; runs from 2025 attend more slowly than
-  this table says. All these rows time short bursts (the 2025 benchmark slept ten times a
-  kernel's time after each launch; today's times 10 launches), where the GEMM rates are sustained
+  2025-12), the ratio of their peaks. cuDNN's 2025 releases were slower (below). All these rows
+  time short bursts (the 2025 benchmark slept ten times a kernel's time after each launch;
+  today's times 10 launches), where the GEMM rates are sustained
   at the power cap; whether cuDNN attention under a step's sustained load falls as a GEMM does
   (0.875 of its burst on our H100) is not assumed: the GPU sessions' `sustained` stage measures it
   (benchmarks/sessions/sustained.py).
@@ -69,6 +67,19 @@ softmax needs did not, so each kernel family moves on its own.
   not 2.5 times: Azure's AI benchmarking guide ran flash-attn's own benchmark (head dim 128,
   batch 2, 8k, forward + backward) at 373.9 TFLOP/s on a GB200 and 327.9 on an H100 (our H100
   table: 331 there). The B200 and GB200 profiles' attention_fraction carries it.
+- cuDNN's 2025 releases on Blackwell (kernel "cudnn-2025": 9.9 to 9.13, in PyTorch's 2.7 to 2.9
+  wheels and NGC's containers of 2025 until 25.11 brought 9.17; 9.14 to 9.16 were not measured)
+  are their own table (B200_CUDNN_2025): cudnn-frontend's
+  B200 rows with cuDNN 9.10.2 (benchmark/sdpa_benchmark_training/artifacts at 9793df5, 2025-07;
+  Llama 3.1 405B's shape, 128 query and 8 kv heads, head dim 128, batch 1, causal), which 9.13.1
+  repeats within 3% at 2k to 32k (same artifacts at 0b1577c, 2025-10). Against the GB200's 9.17
+  rows of that benchmark (d48a60e, 2025-12, NGC 25.11), scaled by the peaks, they run 0.84 forward
+  and 0.86 backward at 8k, 0.90 at 16k and 0.94 at 32k: the kernels changed between 9.13 and 9.17,
+  and 9.17's forward already matches 9.22's within 4% (its backward is 8 to 9% slower at 4k to
+  8k, alike at 16k, faster at 32k). Only the causal kernel was timed in 2025; the unmasked
+  rows take today's unmasked-to-causal ratio at each length. On Hopper one table serves every
+  release: the H200 rows of cudnn-frontend's Llama 3.2 1B training benchmark (cuDNN 9.9.0) sit as
+  close to our predictions with cuDNN as with FlashAttention-2 (validation/stacks.py).
 - GB300 (Blackwell Ultra, twice the exponential rate): its own cuDNN 9.22 rows from the same
   benchmark (results/llama3.1/gb300: 1.18 times GB200's forward at 8k, 1.08 backward), and
   FlashAttention-2 at 399.7 TFLOP/s in Azure's guide (1.22 times H100's).
@@ -108,9 +119,17 @@ GB200_CUDNN = _from_2k({"causal": (1097, 1408, 1574, 1708, 1622), "full": (1433,
 GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915, 1953), "full": (1805, 1900, 2017, 2014, 1836),
                         "backward": (1213, 1429, 1531, 1536, 1427),
                         "backward_causal": (967, 1248, 1435, 1507, 1490)})
+# cuDNN 9.10.2 on a B200, causal (cudnn-frontend artifacts at 9793df5); unmasked rows by GB200's ratios
+_B200_2025 = {"causal": (486, 875, 1198, 1350, 1430), "backward_causal": (368, 695, 940, 1073, 1124)}
+B200_CUDNN_2025 = _from_2k({**_B200_2025, **{
+    row: tuple(round(c * GB200_CUDNN[row][i + 2] / GB200_CUDNN[of][i + 2]) for i, c in enumerate(_B200_2025[of]))
+    for row, of in (("full", "causal"), ("backward", "backward_causal"))}})
 # Blackwell GPU -> (its cuDNN table, the peak and FA2 plateau of the GPU measured); B200: GB200's
 BLACKWELL_CUDNN = {"GB200": (GB200_CUDNN, GPU_PRESETS["GB200"].bf16_tflops, GB200_FA2_FRACTION),
                    "GB300": (GB300_CUDNN, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
+CUDNN_2025 = (B200_CUDNN_2025, GPU_PRESETS["B200"].bf16_tflops, GB200_FA2_FRACTION)   # every Blackwell GPU
+# a kernel release costed with its family's H100 table and head-dim scaling
+FAMILY = {"cudnn-2025": "cudnn"}
 
 
 def _at(values: tuple, seq: float) -> float:
@@ -131,6 +150,7 @@ def rates(kernel: str, seq: float, head_dim: float, causal: bool = True,
           table: dict | None = None) -> tuple[float, float]:
     """(forward, backward) TFLOP/s of `kernel` at this length and head dim: on an H100 SXM5, or
     from `table` (GB200_CUDNN: on a GB200)."""
+    kernel = FAMILY.get(kernel, kernel)
     t = table or H100_TFLOPS[kernel]
     fwd = _at(t["causal" if causal else "full"], seq)
     if causal and "backward_causal" in t:
@@ -149,15 +169,17 @@ def _combined(fwd: float, bwd: float) -> float:
 ANCHOR = _combined(*rates("fa2", SEQS[-1], 128))            # FA2's plateau on H100: 303 TFLOP/s
 
 
-KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN"}
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "cudnn": "cuDNN",
+                "cudnn-2025": "cuDNN 9.9 to 9.13 (2025)"}
 
 
 def costed_kernel(kernel: str, gpu_name: str) -> str:
     """The kernel whose measurements cost `kernel` on this GPU: itself where it is measured there
-    (all three on Hopper, cuDNN and FA2 on Blackwell), else FlashAttention-2."""
-    measured = ("fa2", "fa3", "cudnn") if gpu_name in HOPPER else ("fa2", "cudnn") if gpu_name in BLACKWELL \
-        else ("fa2",)
-    return kernel if kernel in measured else "fa2"
+    (all three on Hopper, cuDNN of 2025 and of today and FA2 on Blackwell), else FlashAttention-2;
+    on Hopper cuDNN's 2025 releases are costed as cuDNN (one table serves every release there)."""
+    if gpu_name in HOPPER:
+        return FAMILY.get(kernel, kernel)
+    return kernel if kernel in (("fa2", "cudnn", "cudnn-2025") if gpu_name in BLACKWELL else ("fa2",)) else "fa2"
 
 
 def kernel_note(kernel: str, gpu_name: str) -> str:
@@ -175,10 +197,11 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
     table = None
     scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
     kernel = costed_kernel(kernel, gpu.name)
-    if gpu.name in BLACKWELL and kernel == "cudnn":
+    if gpu.name in BLACKWELL and kernel in ("cudnn", "cudnn-2025"):
         # the measured GPU's table at its profile's attention_fraction, scaled by this GPU's peak
         # and by how its profile's FA2 plateau stands to the measured one's
-        table, peak, fa2 = BLACKWELL_CUDNN.get(gpu.name, BLACKWELL_CUDNN["GB200"])
+        table, peak, fa2 = CUDNN_2025 if kernel == "cudnn-2025" else \
+            BLACKWELL_CUDNN.get(gpu.name, BLACKWELL_CUDNN["GB200"])
         scale = gpu.bf16_tflops / peak * profile.attention_fraction / fa2 * 1e12
     flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
     head_dim = model.q_dim / model.heads

@@ -95,6 +95,29 @@ def test_blackwell_runs_cudnn_from_its_own_measurement_and_fa2_barely_faster_tha
     assert fwd + bwd < 0.3 * fa2["GB200"]
 
 
+def test_cudnn_of_2025_on_blackwell_runs_at_its_own_measured_rates():
+    """cuDNN 9.10.2 on a B200 (cudnn-frontend's artifacts at 9793df5, causal, head dim 128): the
+    B200 reads them back at 2k to 32k, a GB200 at its peak's share more, and they sit under
+    today's table up to 16k (over 10% at 8k and 16k); on Hopper one table serves both."""
+    measured = {2048: (486, 368), 4096: (875, 695), 8192: (1198, 940), 16384: (1350, 1073), 32768: (1430, 1124)}
+    b200, gb200, h100 = (gpu_from_name(n) for n in ("B200", "GB200", "H100-80GB"))
+    for seq, (fwd_rate, bwd_rate) in measured.items():
+        par = ParallelConfig(mbs=1, seq=seq)
+        flops = seq * attention_flops(L8B, seq, causal=True)
+        fwd, bwd = attention.attention_time(L8B, par, "cudnn-2025", b200, default_profile("B200"))
+        assert (flops / fwd / 1e12, 2.5 * flops / bwd / 1e12) == pytest.approx((fwd_rate, bwd_rate), rel=1e-3)
+        old, new = (sum(attention.attention_time(L8B, par, k, gb200, default_profile("GB200")))
+                    for k in ("cudnn-2025", "cudnn"))
+        assert old == pytest.approx((fwd + bwd) * 2250 / 2500)
+        if seq < 32768:                       # at 32k the two releases run alike
+            assert old > new * (1.1 if seq in (8192, 16384) else 1.0)
+        assert attention.attention_time(L8B, par, "cudnn-2025", h100, default_profile("H100-80GB")) == \
+            attention.attention_time(L8B, par, "cudnn", h100, default_profile("H100-80GB"))
+    assert attention.kernel_note("cudnn-2025", "B200") == "cuDNN 9.9 to 9.13 (2025)"
+    assert attention.kernel_note("cudnn-2025", "H100-80GB").endswith("costed as cuDNN (not measured on this GPU)")
+    assert attention.kernel_note("cudnn-2025", "MI300X").endswith("costed as FlashAttention-2 (not measured on this GPU)")
+
+
 def test_context_parallel_chunks_run_at_their_own_length_mostly_unmasked():
     """The load-balanced ring computes attention between chunks of seq / (2 cp) tokens, and only
     the step on a rank's own chunks is masked: 1/cp of the work at the causal rate."""
