@@ -20,6 +20,7 @@ import math
 # the whole square, term for term. NeMo 24.03's long-context table (NeMo 1.x) states no count.
 TFLOPS_CONVENTIONS = {
     ("megatron-core-moe-readme-2024-08", ""): False,      # Megatron-Core v0.8, 2024
+    ("megatron-lm-readme-scaling-2024-07", ""): False,    # Megatron-Core r0.8.0, 2024-07
     ("megatron-moe-modelzoo-qwen3-longctx", ""): True,    # Megatron-Core main, 2026-05
     ("megatron-moe-modelzoo-qwen3-gb200", ""): True,
     ("nemo-long-context", "NeMo 25.04"): False,           # NeMo 2.0's llama3 formula

@@ -141,12 +141,13 @@ def _run(line: int, row: dict) -> Run:
         # a published step time: the step's tokens (its global batch; one micro-batch per data-
         # parallel rank where the batch is not stated) over the time, per GPU
         tps = gbs * seq / _float(row, "step_time_s") / gpus
-    if tps is None and _float(row, "mfu") is not None:
-        tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
     if tps is None and _float(row, "model_tflops_per_gpu"):
-        # a TFLOP/s-only table, counted by its framework's own formula (validation.conventions)
+        # TFLOP/s counted by the framework's own formula, where that is known (validation.conventions):
+        # read before an MFU, whose FLOPs would otherwise be taken as ours
         tps = tokens_from_tflops(row["source_id"], row["framework_version"], _float(row, "model_tflops_per_gpu"),
                                  model, seq, tp)
+    if tps is None and _float(row, "mfu") is not None:
+        tps = _float(row, "mfu") * gpu.bf16_tflops * 1e12 / model_flops_per_token(model, seq)
     mem = _float(row, "peak_memory_gib")
     return Run(line, row["source_id"], model, cluster, par, tps, mem, row["memory_kind"].strip(), row["note"])
 
