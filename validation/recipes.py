@@ -35,17 +35,18 @@ def attention(settings: str) -> str:
 
 def cudnn_2025(row: dict) -> bool:
     """Whether a row's stack carries one of cuDNN's 2025 releases (9.9 to 9.13), whose attention
-    kernels on Blackwell the calculators cost with their own table (attention.B200_CUDNN_2025):
-    - a release it names (cudnn-frontend's Llama 3.2 1B benchmark: cuDNN 9.9.0);
-    - PyTorch 2.7 to 2.9: NGC's pytorch:25.04 has PyTorch 2.7.0 with cuDNN 9.9.0 (cudnn-frontend
-      benchmark/Llama-3.2-1B-Training README at 7606332), and PyTorch's CUDA 12.8 wheels of 2.8
-      and 2.9, nightlies included, require nvidia-cudnn-cu12 9.10.2.21
-      (.github/scripts/generate_binary_build_matrix.py of those releases);
-    - NeMo's 25.04 containers (April 2025): built before cuDNN 9.10 reached NGC's containers
-      (pytorch:25.05, cudnn-frontend's sdpa_benchmark_training README at 9793df5), so 9.9 at most.
-    NGC's pytorch:25.11 carries cuDNN 9.17.0 (that README at b372d39), today's table."""
+    kernels on Blackwell the calculators cost with their own tables (attention.B200_CUDNN_2025):
+    - a release it names (cudnn-frontend's Llama 3.2 1B benchmark: cuDNN 9.9.0, NGC's
+      pytorch:25.04 as shipped, its README at 7606332);
+    - PyTorch 2.8 or 2.9 from PyTorch's CUDA 12.8 wheels, nightlies included, which require
+      nvidia-cudnn-cu12 9.10.2.21 (.github/scripts/generate_binary_build_matrix.py of those
+      releases; not checked here against a copy of the file of that date);
+    - NeMo's 25.04 containers (April 2025), taken to carry at most the cuDNN of NGC's pytorch:25.04
+      (9.9.0): an assumption, not read from the container."""
     text = row["framework_version"]
-    return re.search(r"cudnn\s*9\.(9|1[0-3])\b|(^|\W)(py)?torch\s*2\.[789]\b|nemo(:|\s+)25\.04", text, re.I) is not None
+    found = re.search(r"cudnn\s*9\.(9|1[0-3])\b|(^|\W)(py)?torch\s*2\.[89]\b|nemo(:|\s+|\s+container\s+)25\.04",
+                      text, re.I)
+    return found is not None
 
 
 def dispatcher(settings: str) -> str:

@@ -20,7 +20,7 @@ def attention_kernel(framework: str, gpu_name: str = "") -> str:
     - deepspeed (Hugging Face modules, attn_implementation sdpa or flash_attention_2): FlashAttention-2.
     On AMD's MI300X every framework runs a FlashAttention-2 (ROCm's Composable Kernel port; there is
     no cuDNN), costed as FA2 with MI300X's own measured rate (time/profiles.py).
-    `parallel.attention` overrides it (fa2, fa3, cudnn)."""
+    `parallel.attention` overrides it (fa2, fa3, cudnn, or cudnn-2025: cuDNN's 2025 releases)."""
     if gpu_name in AMD:
         return "fa2"
     if framework == "megatron" or (framework == "fsdp2" and gpu_name in BLACKWELL):

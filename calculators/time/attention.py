@@ -67,19 +67,24 @@ softmax needs did not, so each kernel family moves on its own.
   not 2.5 times: Azure's AI benchmarking guide ran flash-attn's own benchmark (head dim 128,
   batch 2, 8k, forward + backward) at 373.9 TFLOP/s on a GB200 and 327.9 on an H100 (our H100
   table: 331 there). The B200 and GB200 profiles' attention_fraction carries it.
-- cuDNN's 2025 releases on Blackwell (kernel "cudnn-2025": 9.9 to 9.13, in PyTorch's 2.7 to 2.9
-  wheels and NGC's containers of 2025 until 25.11 brought 9.17; 9.14 to 9.16 were not measured)
-  are their own table (B200_CUDNN_2025): cudnn-frontend's
-  B200 rows with cuDNN 9.10.2 (benchmark/sdpa_benchmark_training/artifacts at 9793df5, 2025-07;
-  Llama 3.1 405B's shape, 128 query and 8 kv heads, head dim 128, batch 1, causal), which 9.13.1
-  repeats within 3% at 2k to 32k (same artifacts at 0b1577c, 2025-10). Against the GB200's 9.17
-  rows of that benchmark (d48a60e, 2025-12, NGC 25.11), scaled by the peaks, they run 0.84 forward
-  and 0.86 backward at 8k, 0.90 at 16k and 0.94 at 32k: the kernels changed between 9.13 and 9.17,
-  and 9.17's forward already matches 9.22's within 4% (its backward is 8 to 9% slower at 4k to
-  8k, alike at 16k, faster at 32k). Only the causal kernel was timed in 2025; the unmasked
-  rows take today's unmasked-to-causal ratio at each length. On Hopper one table serves every
-  release: the H200 rows of cudnn-frontend's Llama 3.2 1B training benchmark (cuDNN 9.9.0) sit as
-  close to our predictions with cuDNN as with FlashAttention-2 (validation/stacks.py).
+- cuDNN's 2025 releases on Blackwell (kernel "cudnn-2025": 9.9 to 9.13; 9.14 to 9.16 were not
+  measured, 9.17 runs as today's table forward) are their own tables, cudnn-frontend's causal rows
+  through PyTorch's SDPA (pyt_cudnn; Llama 3.1 405B's shape, 128 query and 8 kv heads, head dim 128,
+  batch 1): a B200's with cuDNN 9.10.2 (benchmark/sdpa_benchmark_training/artifacts at 9793df5,
+  2025-07), which 9.13.1 repeats within 3% at 2k to 32k (0b1577c, 2025-10), for every Blackwell GPU
+  but the GB300, which has its own 9.13.1 rows there. Scaled by the peaks, the B200's run 0.49 and
+  0.46 (forward, backward) of today's table at 2k and below, 0.69 and 0.67 at 4k, 0.85 and 0.78 at
+  8k, 0.88 and 0.90 at 16k, 0.98 and 1.02 at 32k (the GB300's, of its own: 0.43 and 0.50 at 2k to
+  0.92 and 0.89 at 32k). The GB200's cuDNN 9.17 rows of that benchmark (d48a60e, 2025-12, called
+  directly) stand between: forward within 4% of today's, backward 26% slower at 2k, 8 to 9% at 4k
+  to 8k, alike at 16k. The path differs: cudnn-frontend's own example (README at 9793df5) ran one
+  9.10.2 kernel at 32k alike forward through PyTorch and directly, backward 7% faster directly (the
+  path of today's table and of Transformer Engine), so for Megatron's stacks part of the backward's
+  gap may be path, not release; one point, not applied. Only the causal kernel was timed in 2025:
+  the unmasked rows take today's unmasked-to-causal ratio at each length, and below 2k (where a
+  batch of 1 measures launches) Hopper cuDNN's fall-off, as today's. On Hopper one table serves
+  every release: the H200 rows of cudnn-frontend's Llama 3.2 1B training benchmark (cuDNN 9.9.0)
+  sit as close to our predictions with cuDNN as with FlashAttention-2 (validation/stacks.py).
 - GB300 (Blackwell Ultra, twice the exponential rate): its own cuDNN 9.22 rows from the same
   benchmark (results/llama3.1/gb300: 1.18 times GB200's forward at 8k, 1.08 backward), and
   FlashAttention-2 at 399.7 TFLOP/s in Azure's guide (1.22 times H100's).
@@ -120,14 +125,23 @@ GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915, 1953), "full": (1805,
                         "backward": (1213, 1429, 1531, 1536, 1427),
                         "backward_causal": (967, 1248, 1435, 1507, 1490)})
 # cuDNN 9.10.2 on a B200, causal (cudnn-frontend artifacts at 9793df5); unmasked rows by GB200's ratios
-_B200_2025 = {"causal": (486, 875, 1198, 1350, 1430), "backward_causal": (368, 695, 940, 1073, 1124)}
-B200_CUDNN_2025 = _from_2k({**_B200_2025, **{
-    row: tuple(round(c * GB200_CUDNN[row][i + 2] / GB200_CUDNN[of][i + 2]) for i, c in enumerate(_B200_2025[of]))
-    for row, of in (("full", "causal"), ("backward", "backward_causal"))}})
+# cuDNN 9.10.2 on a B200 and 9.13.1 on a GB300 through PyTorch's SDPA, causal, 2k to 32k (cudnn-frontend
+# artifacts at 9793df5 and 0b1577c); their unmasked rows by today's GB200 ratios
+def _of_2025(causal: tuple, backward_causal: tuple) -> dict:
+    measured = {"causal": causal, "backward_causal": backward_causal}
+    return _from_2k({**measured, **{
+        row: tuple(round(c * GB200_CUDNN[row][i + 2] / GB200_CUDNN[of][i + 2]) for i, c in enumerate(measured[of]))
+        for row, of in (("full", "causal"), ("backward", "backward_causal"))}})
+
+
+B200_CUDNN_2025 = _of_2025((485, 874, 1197, 1350, 1430), (368, 695, 940, 1073, 1124))
+GB300_CUDNN_2025 = _of_2025((594, 1145, 1496, 1702, 1796), (487, 893, 1130, 1268, 1319))
 # Blackwell GPU -> (its cuDNN table, the peak and FA2 plateau of the GPU measured); B200: GB200's
 BLACKWELL_CUDNN = {"GB200": (GB200_CUDNN, GPU_PRESETS["GB200"].bf16_tflops, GB200_FA2_FRACTION),
                    "GB300": (GB300_CUDNN, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
-CUDNN_2025 = (B200_CUDNN_2025, GPU_PRESETS["B200"].bf16_tflops, GB200_FA2_FRACTION)   # every Blackwell GPU
+# the same for cuDNN's 2025 releases; GB200: the B200's
+BLACKWELL_CUDNN_2025 = {"B200": (B200_CUDNN_2025, GPU_PRESETS["B200"].bf16_tflops, GB200_FA2_FRACTION),
+                        "GB300": (GB300_CUDNN_2025, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
 # a kernel release costed with its family's H100 table and head-dim scaling
 FAMILY = {"cudnn-2025": "cudnn"}
 
@@ -187,7 +201,10 @@ def kernel_note(kernel: str, gpu_name: str) -> str:
     FlashAttention-2 (not measured on this GPU)'."""
     costed = costed_kernel(kernel, gpu_name)
     name = KERNEL_NAMES.get(kernel, kernel)
-    return name if costed == kernel else f"{name}, costed as {KERNEL_NAMES[costed]} (not measured on this GPU)"
+    if costed == kernel:
+        return name
+    why = "one table for every release on this GPU" if costed == FAMILY.get(kernel) else "not measured on this GPU"
+    return f"{name}, costed as {KERNEL_NAMES[costed]} ({why})"
 
 
 def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUSpec,
@@ -200,8 +217,8 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
     if gpu.name in BLACKWELL and kernel in ("cudnn", "cudnn-2025"):
         # the measured GPU's table at its profile's attention_fraction, scaled by this GPU's peak
         # and by how its profile's FA2 plateau stands to the measured one's
-        table, peak, fa2 = CUDNN_2025 if kernel == "cudnn-2025" else \
-            BLACKWELL_CUDNN.get(gpu.name, BLACKWELL_CUDNN["GB200"])
+        tables, default = (BLACKWELL_CUDNN_2025, "B200") if kernel == "cudnn-2025" else (BLACKWELL_CUDNN, "GB200")
+        table, peak, fa2 = tables.get(gpu.name, tables[default])
         scale = gpu.bf16_tflops / peak * profile.attention_fraction / fa2 * 1e12
     flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
     head_dim = model.q_dim / model.heads

@@ -98,8 +98,9 @@ def test_blackwell_runs_cudnn_from_its_own_measurement_and_fa2_barely_faster_tha
 def test_cudnn_of_2025_on_blackwell_runs_at_its_own_measured_rates():
     """cuDNN 9.10.2 on a B200 (cudnn-frontend's artifacts at 9793df5, causal, head dim 128): the
     B200 reads them back at 2k to 32k, a GB200 at its peak's share more, and they sit under
-    today's table up to 16k (over 10% at 8k and 16k); on Hopper one table serves both."""
-    measured = {2048: (486, 368), 4096: (875, 695), 8192: (1198, 940), 16384: (1350, 1073), 32768: (1430, 1124)}
+    today's table up to 16k (over 10% at 8k and 16k); the GB300 has its own 9.13.1 rows; on
+    Hopper one table serves both."""
+    measured = {2048: (485, 368), 4096: (874, 695), 8192: (1197, 940), 16384: (1350, 1073), 32768: (1430, 1124)}
     b200, gb200, h100 = (gpu_from_name(n) for n in ("B200", "GB200", "H100-80GB"))
     for seq, (fwd_rate, bwd_rate) in measured.items():
         par = ParallelConfig(mbs=1, seq=seq)
@@ -114,7 +115,12 @@ def test_cudnn_of_2025_on_blackwell_runs_at_its_own_measured_rates():
         assert attention.attention_time(L8B, par, "cudnn-2025", h100, default_profile("H100-80GB")) == \
             attention.attention_time(L8B, par, "cudnn", h100, default_profile("H100-80GB"))
     assert attention.kernel_note("cudnn-2025", "B200") == "cuDNN 9.9 to 9.13 (2025)"
-    assert attention.kernel_note("cudnn-2025", "H100-80GB").endswith("costed as cuDNN (not measured on this GPU)")
+    assert attention.kernel_note("cudnn-2025", "H100-80GB").endswith("costed as cuDNN (one table for every release "
+                                                                     "on this GPU)")
+    gb300, par = gpu_from_name("GB300"), ParallelConfig(mbs=1, seq=8192)   # its own 9.13.1 rows
+    fwd, bwd = attention.attention_time(L8B, par, "cudnn-2025", gb300, default_profile("GB300"))
+    flops = 8192 * attention_flops(L8B, 8192, causal=True)
+    assert (flops / fwd / 1e12, 2.5 * flops / bwd / 1e12) == pytest.approx((1496, 1130), rel=1e-3)
     assert attention.kernel_note("cudnn-2025", "MI300X").endswith("costed as FlashAttention-2 (not measured on this GPU)")
 
 
