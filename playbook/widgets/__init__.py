@@ -22,7 +22,7 @@ import gradio as gr
 from calculators.specs import limits
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import GPU_PRESETS
-from calculators.specs.parallel import DISPATCHERS, FRAMEWORKS, SCHEDULES
+from calculators.specs.parallel import ATTENTION_KERNELS, DISPATCHERS, FRAMEWORKS, SCHEDULES
 from calculators.specs.recompute import levels as recompute_levels
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.specs.validate import show
@@ -90,6 +90,8 @@ SCENARIO = {
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
     "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v, label="MoE dispatcher (deepep: a copy per node)"),
                    "alltoall"),
+    "attention": (lambda v: gr.Dropdown([(ATTENTION_LABELS.get(k, k), k) for k in ATTENTION_KERNELS], value=v,
+                                        label="attention kernel"), ""),
     "experts": (lambda v: gr.Radio([("framework's", ""), ("loop (one launch per expert)", "loop"),
                                     ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
     "grad_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("bf16", "bf16")], value=v,
@@ -105,6 +107,11 @@ SCENARIO = {
     "fp8_weights": (lambda v: gr.Radio([("framework's", ""), ("FP8 parameters", "fp8"),
                                         ("bf16 + cached FP8 copy", "bf16")], value=v, label="FP8 layers' weights"), ""),
 }
+
+
+ATTENTION_LABELS = {"": "framework's (cuDNN for Megatron and torchtitan on Blackwell, else FlashAttention-2)",
+                    "fa2": "FlashAttention-2", "fa3": "FlashAttention-3 (Hopper)", "cudnn": "cuDNN",
+                    "cudnn-2025": "cuDNN 9.9 to 9.13 (2025; slower on Blackwell)"}
 
 
 def recompute_radio(value, moe: bool):

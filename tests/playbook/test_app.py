@@ -195,6 +195,22 @@ def test_step_widget_says_what_the_experts_host_time_is():
         assert "experts' FP8 loop" not in step.compute({**v, **change})[1]
 
 
+def test_the_attention_kernel_control_offers_every_kernel_the_calculators_take():
+    """The step widget's attention control lists parallel.ATTENTION_KERNELS, each with a label;
+    picking cuDNN's 2025 releases on a B200 slows a 16k-token step and the note names the kernel."""
+    from calculators.specs.parallel import ATTENTION_KERNELS
+    from playbook.widgets import SCENARIO, step
+    control = SCENARIO["attention"][0]("")
+    assert [value for _, value in control.choices] == list(ATTENTION_KERNELS)
+    assert all(label for label, _ in control.choices)
+    v = dict(model="llama3-8b", gpu="B200", nodes=1, gpn=8, fit="dp", tp=1, pp=1, zero=1, mbs=1, gbs=64,
+             seq=16384, attention="cudnn")
+    today, old = step.compute(v)[1], step.compute({**v, "attention": "cudnn-2025"})[1]
+    seconds = [float(note.split("**")[1].split()[0]) for note in (today, old)]
+    assert seconds[1] > 1.02 * seconds[0]
+    assert "Attention: cuDNN 9.9 to 9.13 (2025)." in old and "Attention: cuDNN." in today
+
+
 def test_an_upload_event_given_a_server_path_reads_nothing(demo):
     """The config.json upload hands its handler a path: one a client names (not one it uploaded)
     is refused by Gradio before the handler runs, so no server file reaches the page."""
