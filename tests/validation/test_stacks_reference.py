@@ -15,6 +15,9 @@ KNOWN_MISSES = {
     "torchao-training-docs": "torchtitan on 8 power-limited B200 (limit not stated) and 8 MI300X in 2025-08 "
                              "(torch 2.9 nightly): 19 to 24% MFU where the kernel measurements the B200 and "
                              "MI300X profiles carry put it at 33 to 54% (of the bf16 peak)",
+    "torchtitan-deepep-qwen3-2026-01": "torchtitan's Qwen3-30B-A3B on 8 to 128 B200 with DeepEP (bf16, full "
+                                       "recompute, compile): the calculators run its grouped expert GEMMs and "
+                                       "DeepEP's kernels faster than it did",
 }
 
 
@@ -189,9 +192,11 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
         "torchtitan main (2026-04 doc)"))
     rows = [s for s in scored[0] if s.run.par.attention == "cudnn-2025"]
     assert {s.run.source for s in rows} == {"cudnn-frontend-llama3.2-1b-training", "dgxc-benchmarking-v25.05.01",
-                                            "nemo-long-context", "torchao-training-docs"}
+                                            "nemo-long-context", "torchao-training-docs",
+                                            "torchtitan-deepep-qwen3-2026-01"}
     today = {s.run.line: score(replace(s.run, par=replace(s.run.par, attention="cudnn"))).error for s in rows}
     assert all(0 <= s.error < today[s.run.line] + 0.015 for s in rows if s.run.source != "torchao-training-docs")
+    # (torchtitan's DeepEP runs, added later, name cuDNN 9.10.2 and come closer too, at 4k tokens)
     assert all(s.error < today[s.run.line] for s in rows if s.run.par.seq / s.run.par.cp <= 32768)
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     before = [today[s.run.line] for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
