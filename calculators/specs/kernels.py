@@ -124,6 +124,26 @@ def expert_kernel(par) -> str:
     return "loop" if par.framework in ("megatron", "deepspeed") else "fused"
 
 
+# torch._grouped_mm in bf16 on Blackwell, forward + backward, against the calculators' dense GEMM at
+# the same shapes: torchao's microbenchmark of the bf16 baseline of its MXFP8 grouped GEMM on a
+# B200 (1000 W; torch 2.10.0a0, torchao/prototype/moe_training/README.md at d6c6dba04, "Autograd
+# function" tables: M = 128,000 tokens over G = 1 to 8 experts, Llama 4 Scout's 5120 x 8192 and
+# DeepSeek-V3's 7168 x 2048) ran 0.61, 0.70, 0.77 and 0.68 of compute.gemm_time's rate (747 to
+# 863 TFLOP/s): the median, fitted on those four kernel runs, not on any training run.
+GROUPED_MM_BLACKWELL_BF16 = 0.69
+
+
+def expert_gemm_share(par, gpu_name: str) -> float:
+    """The share of the dense GEMM rate a GPU's local experts run at: GROUPED_MM_BLACKWELL_BF16 for
+    torchtitan's grouped kernel (fsdp2's "fused" experts, torch._grouped_mm) in bf16 on Blackwell;
+    1 elsewhere. On our H100 torch._grouped_mm ran the experts at 0.74 to 1.09 of the predicted
+    time (median 0.90; validation/data/h100_harness/moe.jsonl), within what the dense rate holds.
+    FP8 grouped GEMMs (torchao's MXFP8) are not scaled: their quantization kernels are counted
+    apart, and their kernels' rates moved with each release."""
+    blackwell_grouped = par.framework == "fsdp2" and expert_kernel(par) == "fused" and gpu_name in BLACKWELL
+    return GROUPED_MM_BLACKWELL_BF16 if blackwell_grouped and par.precision != "fp8" else 1.0
+
+
 def elementwise_kernels(par) -> str:
     """Whether the norms, RoPE and the MLP's activation run "eager" (one PyTorch op per step of the
     math, each through HBM) or "fused" (one kernel each); calculators/time/elementwise.py counts the

@@ -24,7 +24,8 @@ from ..memory.activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
 from ..specs.frameworks import fused_matmuls
-from ..specs.kernels import elementwise_kernels, layout_attention, loss_bytes_per_logit, loss_kernel
+from ..specs.kernels import (elementwise_kernels, expert_gemm_share, layout_attention, loss_bytes_per_logit,
+                             loss_kernel)
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, routed_tokens
@@ -104,7 +105,7 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
     for mm in fused_matmuls(mms, par.framework):
         if mm.expert:
             g = gemm_time(expert_tokens(model, par, T), mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8,
-                          count=mm.stored / par.ep)
+                          count=mm.stored / par.ep) / expert_gemm_share(par, gpu.name)
         elif mm.tp == "col":
             g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
             cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g
