@@ -124,20 +124,22 @@ def expert_kernel(par) -> str:
     return "loop" if par.framework in ("megatron", "deepspeed") else "fused"
 
 
-# torch._grouped_mm in bf16 on Blackwell, forward + backward, against the calculators' dense GEMM at
-# the same shapes: torchao's microbenchmark of the bf16 baseline of its MXFP8 grouped GEMM on a
-# B200 (1000 W; torch 2.10.0a0, torchao/prototype/moe_training/README.md at d6c6dba04, "Autograd
-# function" tables: M = 128,000 tokens over G = 1 to 8 experts, Llama 4 Scout's 5120 x 8192 and
-# DeepSeek-V3's 7168 x 2048) ran 0.61, 0.70, 0.77 and 0.68 of compute.gemm_time's rate (747 to
-# 863 TFLOP/s): the median, fitted on those four kernel runs, not on any training run.
-GROUPED_MM_BLACKWELL_BF16 = 0.69
+# torch._grouped_mm in bf16 on Blackwell against the calculators' dense GEMM time (compute.gemm_time):
+# torchao's microbenchmark of the bf16 baseline of its MXFP8 grouped GEMM on a B200 (torch 2.10.0a0;
+# torchao/prototype/moe_training/README.md at d6c6dba04, the "Autograd function" tables: 128,000
+# tokens in 1, 2, 4 or 8 groups of random sizes, at Llama 4 Scout's 5120 x 8192 and DeepSeek-V3's
+# 7168 x 2048) times the grouped GEMM's forward and backward with an MSE loss and the gradients'
+# accumulation around it; counting those as memory-bound passes, the eight runs ran 0.66 to 0.87 of
+# the dense rate (712 to 863 TFLOP/s of GEMM): the median, fitted on those kernel runs, not on any
+# training run, and used beyond their shapes (Qwen3-30B-A3B's experts are 2048 x 768).
+GROUPED_MM_BLACKWELL_BF16 = 0.75
 
 
 def expert_gemm_share(par, gpu_name: str) -> float:
     """The share of the dense GEMM rate a GPU's local experts run at: GROUPED_MM_BLACKWELL_BF16 for
     torchtitan's grouped kernel (fsdp2's "fused" experts, torch._grouped_mm) in bf16 on Blackwell;
-    1 elsewhere. On our H100 torch._grouped_mm ran the experts at 0.74 to 1.09 of the predicted
-    time (median 0.90; validation/data/h100_harness/moe.jsonl), within what the dense rate holds.
+    1 elsewhere. On our H100 torch._grouped_mm took 0.74 to 1.09 of the predicted time (median
+    0.90; validation/data/h100_harness/moe.jsonl): there the dense rate holds for it.
     FP8 grouped GEMMs (torchao's MXFP8) are not scaled: their quantization kernels are counted
     apart, and their kernels' rates moved with each release."""
     blackwell_grouped = par.framework == "fsdp2" and expert_kernel(par) == "fused" and gpu_name in BLACKWELL

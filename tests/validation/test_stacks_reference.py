@@ -16,9 +16,9 @@ KNOWN_MISSES = {
                              "(torch 2.9 nightly): 19 to 24% MFU where the kernel measurements the B200 and "
                              "MI300X profiles carry put it at 33 to 54% (of the bf16 peak)",
     "torchtitan-deepep-qwen3-2026-01": "torchtitan's Qwen3-30B-A3B on 8 to 128 B200 with DeepEP (bf16, full "
-                                       "recompute, compile): +15 to +23% with the grouped GEMM's measured share "
-                                       "(kernels.GROUPED_MM_BLACKWELL_BF16), its all-to-all baseline +46%; "
-                                       "DeepEP's kernels on B200 are costed from no measurement of them",
+                                       "recompute, compile): +19 to +27% with the grouped GEMM's measured share "
+                                       "(kernels.GROUPED_MM_BLACKWELL_BF16); DeepEP's kernels on B200 are "
+                                       "costed from no measurement of that DeepEP release",
 }
 
 
@@ -54,7 +54,8 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     and the GB200 rows with EP overlap from +15..+21% to +11..+16%: p90 22%. Costing the Blackwell
     runs of 2025 stacks with cuDNN's 2025 kernels (test below) brought NeMo's long-context table from
     24.6% to 14.7% median: p90 19%. Reading Megatron-LM's 2024 weak-scaling table from its TFLOP/s
-    with Megatron's count of that date, not as an MFU of ours: 18%."""
+    with Megatron's count of that date, not as an MFU of ours: 18%. torchtitan's Qwen3-30B-A3B with
+    DeepEP on B200 (six runs, +19 to +27%, a known miss) added: 20%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
     assert n >= 300 and median <= 0.05 and p90 <= 0.25 and abs(signed) <= 0.05
@@ -88,30 +89,35 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
     assert median_error(fit) >= 0.3 and median_error(held) >= 0.13
 
 
-# torchao's bf16 baseline of its MXFP8 grouped GEMM, forward + backward, on a B200 (torch 2.10.0a0;
-# torchao/prototype/moe_training/README.md at d6c6dba04): (tokens, N, K, experts) -> microseconds
-GROUPED_MM_B200_US = {(128000, 8192, 5120, 1): 43140.2, (128000, 8192, 5120, 8): 37700.7,
-                      (128000, 2048, 7168, 1): 13064.8, (128000, 2048, 7168, 8): 14966.8}
+# torchao's bf16 baseline of its MXFP8 grouped GEMM, forward + backward with an MSE loss, on a B200
+# (torch 2.10.0a0; torchao/prototype/moe_training/README.md at d6c6dba04): (tokens, N, K, groups) -> us
+GROUPED_MM_B200_US = {(128000, 8192, 5120, 1): 43140.2, (128000, 8192, 5120, 2): 39487.6,
+                      (128000, 8192, 5120, 4): 39189.2, (128000, 8192, 5120, 8): 37700.7,
+                      (128000, 2048, 7168, 1): 13064.8, (128000, 2048, 7168, 2): 14900.2,
+                      (128000, 2048, 7168, 4): 15823.6, (128000, 2048, 7168, 8): 14966.8}
 
 
 def test_torchtitans_grouped_experts_on_blackwell_run_at_the_kernels_measured_share(scored, monkeypatch):
-    """kernels.GROUPED_MM_BLACKWELL_BF16 is the median of four kernel runs of torch._grouped_mm on a
-    B200 against the dense GEMM time at their shapes (fitted there, on no training run); it applies
-    to torchtitan's bf16 experts on Blackwell only. The training runs it was not fitted on,
-    torchtitan's MoE runs in bf16 on B200 and GB200 (Qwen3-30B-A3B with DeepEP, Llama 4 Scout), all
-    come closer, each by 12 to 20 points, and none overshoots (still +15% to +102%)."""
+    """kernels.GROUPED_MM_BLACKWELL_BF16 is the median of eight kernel runs of torch._grouped_mm on a
+    B200 against the calculators' dense GEMM time at their shapes, with the benchmark's loss (read
+    the output and its labels, write the output's gradient) and the gradients' accumulation into
+    A and B counted as memory-bound passes; fitted there, on no training run. It applies to
+    torchtitan's bf16 experts on Blackwell only. The training runs it was not fitted on,
+    torchtitan's MoE runs in bf16 on B200 and GB200 (Qwen3-30B-A3B with DeepEP, Llama 4 Scout),
+    all come closer, each by 9 to 15 points, and none overshoots."""
     from calculators.specs import kernels
     from calculators.specs.hardware import gpu_from_name
     from calculators.specs.parallel import ParallelConfig
-    from calculators.time.compute import gemm_time
+    from calculators.time.compute import gemm_time, memory_time
     from calculators.time.profiles import default_profile
     gpu, prof = gpu_from_name("B200"), default_profile("B200")
     shares = []
     for (m, n, k, g), us in GROUPED_MM_B200_US.items():
-        dense = sum(gemm_time(a, b, c, gpu, prof, count=g) for a, b, c in ((m / g, n, k), (m / g, k, n), (n, k, m / g)))
-        shares.append(dense / (us * 1e-6))
-    assert sorted(shares)[1] < kernels.GROUPED_MM_BLACKWELL_BF16 < sorted(shares)[2]
-    assert kernels.GROUPED_MM_BLACKWELL_BF16 == pytest.approx(sorted(shares)[1] / 2 + sorted(shares)[2] / 2, abs=0.01)
+        gemms = sum(gemm_time(a, b, c, gpu, prof, count=g) for a, b, c in ((m / g, n, k), (m / g, k, n), (n, k, m / g)))
+        around = memory_time(2 * (5 * m * n + 3 * m * k + 3 * g * k * n), 4, gpu, prof)
+        shares.append((gemms + around) / (us * 1e-6))
+    shares.sort()
+    assert kernels.GROUPED_MM_BLACKWELL_BF16 == pytest.approx((shares[3] + shares[4]) / 2, abs=0.01)
     titan = ParallelConfig(framework="fsdp2", ep=8, dp=8)
     assert kernels.expert_gemm_share(titan, "GB200") == kernels.GROUPED_MM_BLACKWELL_BF16
     for par, name in ((titan, "H100-80GB"), (ParallelConfig(framework="fsdp2", precision="fp8"), "B200"),
@@ -119,11 +125,11 @@ def test_torchtitans_grouped_experts_on_blackwell_run_at_the_kernels_measured_sh
         assert kernels.expert_gemm_share(par, name) == 1.0
     held = [s for s in scored[0] if s.run.par.framework == "fsdp2" and s.run.model.moe and s.run.measured
             and s.run.par.precision == "bf16" and s.run.cluster.gpu.name in ("B200", "GB200")]
-    assert len(held) >= 9
+    assert len(held) >= 8
     monkeypatch.setattr(kernels, "GROUPED_MM_BLACKWELL_BF16", 1.0)
     for s in held:
         before = score(s.run).error
-        assert 0.1 < before - s.error < 0.25 and s.error > 0, (s.run.line, before, s.error)
+        assert 0.08 < before - s.error < 0.16 and s.error > 0, (s.run.line, before, s.error)
 
 
 def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
