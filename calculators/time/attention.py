@@ -124,7 +124,6 @@ GB200_CUDNN = _from_2k({"causal": (1097, 1408, 1574, 1708, 1622), "full": (1433,
 GB300_CUDNN = _from_2k({"causal": (1373, 1703, 1856, 1915, 1953), "full": (1805, 1900, 2017, 2014, 1836),
                         "backward": (1213, 1429, 1531, 1536, 1427),
                         "backward_causal": (967, 1248, 1435, 1507, 1490)})
-# cuDNN 9.10.2 on a B200, causal (cudnn-frontend artifacts at 9793df5); unmasked rows by GB200's ratios
 # cuDNN 9.10.2 on a B200 and 9.13.1 on a GB300 through PyTorch's SDPA, causal, 2k to 32k (cudnn-frontend
 # artifacts at 9793df5 and 0b1577c); their unmasked rows by today's GB200 ratios
 def _of_2025(causal: tuple, backward_causal: tuple) -> dict:

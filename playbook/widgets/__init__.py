@@ -51,6 +51,11 @@ def _slider(lo, hi, label, step=1):
     return lambda v: gr.Slider(lo, hi, v, step=step, label=label)
 
 
+ATTENTION_LABELS = {"": "framework's (cuDNN for Megatron and torchtitan on Blackwell, else FlashAttention-2)",
+                    "fa2": "FlashAttention-2", "fa3": "FlashAttention-3 (Hopper)", "cudnn": "cuDNN",
+                    "cudnn-2025": "cuDNN 9.9 to 9.13 (2025; slower on Blackwell)"}
+
+
 SCENARIO = {
     "model": (lambda v: gr.Dropdown(list(MODEL_PRESETS), value=v, label="model preset"), "llama3-8b"),
     "config": (lambda v: gr.Textbox(v, label="or paste a config.json (not saved in the link)", lines=2,
@@ -107,11 +112,6 @@ SCENARIO = {
     "fp8_weights": (lambda v: gr.Radio([("framework's", ""), ("FP8 parameters", "fp8"),
                                         ("bf16 + cached FP8 copy", "bf16")], value=v, label="FP8 layers' weights"), ""),
 }
-
-
-ATTENTION_LABELS = {"": "framework's (cuDNN for Megatron and torchtitan on Blackwell, else FlashAttention-2)",
-                    "fa2": "FlashAttention-2", "fa3": "FlashAttention-3 (Hopper)", "cudnn": "cuDNN",
-                    "cudnn-2025": "cuDNN 9.9 to 9.13 (2025; slower on Blackwell)"}
 
 
 def recompute_radio(value, moe: bool):

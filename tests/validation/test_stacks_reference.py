@@ -119,6 +119,11 @@ def test_torchtitans_grouped_experts_on_blackwell_run_at_the_kernels_measured_sh
         shares.append((gemms + around) / (us * 1e-6))
     shares.sort()
     assert kernels.GROUPED_MM_BLACKWELL_BF16 == pytest.approx((shares[3] + shares[4]) / 2, abs=0.01)
+    from pathlib import Path                # chapter 7 and README quote the share as typed text
+    root = Path(__file__).resolve().parents[2]
+    quoted = f"{kernels.GROUPED_MM_BLACKWELL_BF16:.2f}"
+    assert quoted in (root / "playbook/chapters/07-expert-parallel.md").read_text()
+    assert quoted in (root / "README.md").read_text()
     titan = ParallelConfig(framework="fsdp2", ep=8, dp=8)
     assert kernels.expert_gemm_share(titan, "GB200") == kernels.GROUPED_MM_BLACKWELL_BF16
     for par, name in ((titan, "H100-80GB"), (ParallelConfig(framework="fsdp2", precision="fp8"), "B200"),
