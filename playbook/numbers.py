@@ -23,7 +23,7 @@ from calculators.time.timeline import step_timeline
 from playbook.values import scenario_from
 
 _INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "p", "m", "v", "n", "k",
-         "offload_layers")
+         "offload_layers", "dispatch_sms")
 
 
 def _typed(kw: dict) -> dict:

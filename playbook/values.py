@@ -147,7 +147,7 @@ def scenario_from(values: dict):
     elif fit == "given" and "dp" in values:
         sizes["dp"] = whole(values, "dp")
     par = {**sizes, **{k: whole(values, k) for k in ("ep", "etp", "vpp", "zero", "mbs", "gbs", "seq",
-                                                     "offload_layers") if k in values}}
+                                                     "offload_layers", "dispatch_sms") if k in values}}
     if values.get("batch") == "follows" and "gbs" in par:
         unit = par.get("dp", 1) * par.get("mbs", 1)
         par["gbs"] = unit * max(1, round(par["gbs"] / unit))

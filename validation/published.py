@@ -64,7 +64,7 @@ class PublishedRun:
     def label(self) -> str:
         p = self.par
         parts = [f"tp{p.tp}", f"pp{p.pp}"] + [f"{k}{getattr(p, k)}" for k in ("vpp", "cp", "ep") if getattr(p, k) > 1]
-        parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
+        parts += [p.dispatcher] if p.ep > 1 and p.dispatcher != "alltoall" else []
         parts += [f"recompute={p.recompute}"] if p.recompute != "none" else []
         return (f"{self.model.name} {self.system} x{self.cluster.world} {p.precision} "
                 f"{' '.join(parts)} mbs{p.mbs} gbs{p.gbs}")

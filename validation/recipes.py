@@ -50,10 +50,19 @@ def cudnn_2025(row: dict) -> bool:
 
 
 def dispatcher(settings: str) -> str:
-    """deepep where a row names DeepEP or HybridEP (both send a token once per node, and once per
-    GPU inside it, that holds one of its experts), unless it says dispatcher=alltoall."""
+    """hybridep where a row names HybridEP, deepep where it names DeepEP (both send a token once per
+    node, and once per GPU inside it, that holds one of its experts), unless it says
+    dispatcher=alltoall."""
     text = settings.replace(" ", "").lower()
-    return "deepep" if ("deepep" in text or "hybridep" in text) and "dispatcher=alltoall" not in text else "alltoall"
+    if "dispatcher=alltoall" in text:
+        return "alltoall"
+    return "hybridep" if "hybridep" in text else "deepep" if "deepep" in text else "alltoall"
+
+
+def dispatch_sms(settings: str) -> int:
+    """The SMs a row gives DeepEP's kernels (num_sms=N); 0: the default."""
+    found = re.search(r"num_sms\s*=\s*(\d+)", settings)
+    return int(found.group(1)) if found else 0
 
 
 def ep_overlap(settings: str) -> bool:
@@ -173,7 +182,8 @@ def knobs(row: dict) -> dict:
     """The ParallelConfig settings a row's recipe fixes beyond its columns."""
     settings = row["other_settings"]
     grads, moments, master = optimizer(row)
-    return {"dispatcher": dispatcher(settings), "ep_overlap": ep_overlap(settings), "loss": loss(settings),
+    return {"dispatcher": dispatcher(settings), "dispatch_sms": dispatch_sms(settings),
+            "ep_overlap": ep_overlap(settings), "loss": loss(settings),
             "attention": attention(settings), "experts": experts(settings),
             "elementwise": "fused" if te_modules(settings) else "", "grad_dtype": grads, "moment_dtype": moments,
             "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings),

@@ -42,7 +42,7 @@ def label(p: ParallelConfig) -> str:
     parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
     parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
     parts += ["tp-overlap"] if p.tp_overlap else []
-    parts += ["deepep"] if p.ep > 1 and p.dispatcher == "deepep" else []
+    parts += [p.dispatcher] if p.ep > 1 and p.dispatcher != "alltoall" else []
     parts += [f"experts={p.experts}"] if p.experts else []
     parts += [f"elementwise={p.elementwise}"] if p.elementwise else []
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []

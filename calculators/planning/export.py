@@ -74,8 +74,9 @@ def _harness_recompute(recompute: str) -> tuple[str, list[str]]:
 
 
 def _alltoall_only(par, who: str) -> list[str]:
-    return [f"{who} dispatches MoE tokens with an all-to-all, not DeepEP: expect the step with dispatcher "
-            "alltoall (more inter-node traffic)"] if par.ep > 1 and par.dispatcher == "deepep" else []
+    name = {"deepep": "DeepEP", "hybridep": "HybridEP"}.get(par.dispatcher, par.dispatcher)
+    return [f"{who} dispatches MoE tokens with an all-to-all, not {name}: expect the step with dispatcher "
+            "alltoall (more inter-node traffic)"] if par.ep > 1 and par.dispatcher != "alltoall" else []
 
 
 def _megatron(model, cluster, par, _ref):
@@ -89,8 +90,10 @@ def _megatron(model, cluster, par, _ref):
         a.append("--tp-comm-overlap")
     if par.ep > 1:
         a += [f"--expert-model-parallel-size {par.ep}", f"--expert-tensor-parallel-size {par.etp}"]
-        a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"] \
-            if par.dispatcher == "deepep" else ["--moe-token-dispatcher-type alltoall"]
+        a += ["--moe-token-dispatcher-type flex", f"--moe-flex-dispatcher-backend {par.dispatcher}"] \
+            if par.dispatcher != "alltoall" else ["--moe-token-dispatcher-type alltoall"]
+        a += [f"--moe-flex-dispatcher-num-sms {par.dispatch_sms}"] if par.ep > 1 and par.dispatch_sms and \
+            par.dispatcher != "alltoall" else []
     if model.moe and par.experts == "fused":
         notes.append("experts=fused is Megatron's grouped MLP through Transformer Engine's op fuser "
                      "(TransformerConfig.use_transformer_engine_op_fuser; Megatron-Bridge's "

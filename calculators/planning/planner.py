@@ -35,6 +35,7 @@ from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
+from ..time.layercomm import ep_exchange
 from ..time.profiles import HardwareProfile, default_profile
 from .space import one_microbatch, space, structures
 from .split import balance_split
@@ -118,6 +119,16 @@ class _Search:
         layer's all-to-alls)."""
         return ["dualpipe"] if self.model.moe and "dualpipe" in self.space["schedule"] else []
 
+    def fastest_dispatch(self, par):
+        """Of the dispatchers the space allows, the one whose MoE dispatch and combine take least on
+        this layout (they hold the same memory in the model): DeepEP's measured kernels on Blackwell
+        can be slower than NCCL's all-to-all where a token reaches few GPUs (top-2 routing)."""
+        options = self.space["dispatcher"]
+        if len(options) == 1 or self.model.moe is None or par.ep == 1:
+            return par
+        return min((replace(par, dispatcher=d) for d in options),
+                   key=lambda p: ep_exchange(self.model, p, self.cluster, self.profile))
+
     def worth_rebalancing(self, par) -> bool:
         """An uneven split moves layers, it does not remove work: a layout whose even split is
         already well behind the leaders will not catch up (the DP costs a few ms)."""
@@ -136,7 +147,7 @@ class _Search:
                 vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
                 zero = self.zero_stages(sizes["dp"], sizes["cp"], sizes["pp"])[0]
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
-                                      dispatcher="deepep" if "deepep" in sp["dispatcher"] else "alltoall",
+                                      dispatcher=sp["dispatcher"][0],
                                       experts="fused" if "fused" in sp["experts"] else sp["experts"][0],
                                       grad_dtype=_prefer(sp["grad_dtype"], ("bf16",), self.framework != "nanotron"),
                                       moment_dtype=_prefer(sp["moment_dtype"], ("bf16",), self.framework == "megatron"),
@@ -148,6 +159,7 @@ class _Search:
                                       recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
+                base = self.fastest_dispatch(base)
             except ConfigError as exc:
                 self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
                 continue

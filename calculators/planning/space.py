@@ -63,8 +63,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
         # is taken where allowed; by default where the framework has it built in (Megatron/TE)
         "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
-        # MoE dispatch: DeepEP is never slower in the model, but it is a separate install; taken
-        # only where the user allows it (dispatcher: deepep)
+        # MoE dispatch: DeepEP and HybridEP are separate installs, tried only where the user allows
+        # them (dispatcher: deepep, hybridep); of those allowed, each layout takes the fastest
+        # (Planner.fastest_dispatch)
         "dispatcher": ["alltoall"],
         # the local experts' kernel: the framework's unless the user allows fused (never slower)
         "experts": [""],

@@ -30,7 +30,7 @@ FP8_RECIPES = ("", "delayed", "tensorwise", "mxfp8", "blockwise")  # Megatron's 
 FP8_WEIGHTS = ("", "fp8", "bf16")                  # "": the framework's (fp8.fp8_weights)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
-DISPATCHERS = ("alltoall", "deepep")
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 PRECISIONS = ("bf16", "fp8")
 ZERO_STAGES = (0, 1, 2, 3)
 DEFAULT_FRAMEWORK = "megatron"
@@ -48,8 +48,10 @@ class ParallelConfig:
     zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
     sp: bool = False             # sequence parallelism with TP
     tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
-    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP or
-                                  # HybridEP: one copy per node over the network, forwarded on NVLink)
+    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP's normal
+                                  # kernels) | hybridep (NVIDIA's HybridEP): one copy per node over the network,
+                                  # forwarded on NVLink
+    dispatch_sms: int = 0        # SMs DeepEP's kernels run on (Megatron's moe_flex_dispatcher_num_sms); 0: 20
     ep_overlap: bool = False     # MoE dispatch and combine run under another micro-batch's compute
                                  # (Megatron's overlap_moe_expert_parallel_comm; DualPipe does it always)
     moe_imbalance: float = 1.0   # tokens the busiest expert rank receives over the balanced share
@@ -270,6 +272,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
         require(p, e == 1, lambda: f"ep={e} needs a mixture-of-experts model; set ep=1")
         moe_only = [f"etp={par.etp}"] if par.etp != t else []
         moe_only += [f"dispatcher={par.dispatcher}"] if par.dispatcher != "alltoall" else []
+        moe_only += [f"dispatch_sms={par.dispatch_sms}"] if par.dispatch_sms else []
         if moe_only:
             w.append(f"{' and '.join(moe_only)} act on a mixture-of-experts layer; this model has none, so "
                      "they change nothing")
@@ -280,6 +283,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
         require(p, model.moe.expert_ffn % par.etp == 0,
                 lambda: f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
+        if par.dispatch_sms and par.dispatcher == "alltoall":
+            w.append(f"dispatch_sms={par.dispatch_sms} sets the SMs of DeepEP's or HybridEP's kernels; the "
+                     "all-to-all dispatcher uses NCCL's, so it changes nothing (set dispatcher=deepep)")
     require(p, par.seq % (2 * c) == 0 or c == 1,
             lambda: f"seq={par.seq} must be divisible by 2*cp = {2 * c} (load-balanced context parallel splits "
             "each sequence into 2*cp chunks)")

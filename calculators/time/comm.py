@@ -46,7 +46,8 @@ from functools import lru_cache
 from ..specs.errors import ConfigError
 from ..specs.hardware import ClusterSpec
 from ..specs.parallel import ParallelConfig
-from .profiles import HardwareProfile
+from .dispatch import measured_nvlink_time
+from .profiles import DEEPEP_SMS, HardwareProfile
 
 DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
 _BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -216,17 +217,25 @@ def experts_hit(experts: int, top_k: int, parts: int, groups: tuple = (0, 0)) ->
 
 
 def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: ClusterSpec,
-                  profile: HardwareProfile, groups: tuple = (0, 0)) -> float:
+                  profile: HardwareProfile, groups: tuple = (0, 0), token_bytes: float = 0.0,
+                  dispatcher: str = "", sms: int = 0) -> float:
     """Seconds for one DeepEP-style MoE dispatch (or combine) of a rank's tokens, `nbytes` for one
     copy of each, over the expert-parallel group `grp`. A token crosses the network once per other
     node holding one of its experts, and NVLink carries one copy per GPU holding one, all at once
     (the all-to-all instead sends a copy per expert: top_k of them). Routing is taken as balanced;
     an imbalanced router sends more to its busiest rank; group-limited routing (`groups`,
-    experts_hit) sends a token to fewer nodes."""
+    experts_hit) sends a token to fewer nodes. With `dispatcher` "deepep", DeepEP's kernels inside
+    one NVLink domain on Blackwell run at their measured rate on `sms` SMs (0: DeepEP's default) for
+    tokens of `token_bytes` (dispatch.py); otherwise, and for HybridEP, at a share of the links."""
     n, k, N = grp.size, grp.per_node, grp.nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
     alpha = ((N - 1) * profile.latency_us["inter"] + (k - 1) * profile.latency_us["intra"]) * 1e-6
+    if N == 1:
+        measured = measured_nvlink_time(nbytes * experts_hit(experts, top_k, n, groups), token_bytes,
+                                        cluster.gpu.name, dispatcher, sms or DEEPEP_SMS)
+        if measured is not None:
+            return alpha + measured
     over_nvlink = nbytes * experts_hit(experts, top_k, n, groups) * (k - 1) / k / \
         _link("intra", cluster, profile, "ep_dispatch", 1)
     if N == 1:

@@ -18,8 +18,9 @@ mechanism below decides it):
   that follows another with no compute between (moe_act's expert_fc1, core_attn's attn_proj) is
   waited for, the first of each run hides behind at most the layer's backward.
 - EP: token dispatch and combine, twice forward and twice backward per MoE layer: an all-to-all
-  (a copy per expert), or with parallel.dispatcher "deepep" a copy per node over the network
-  (comm.dispatch_time); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
+  (a copy per expert), or with parallel.dispatcher "deepep" or "hybridep" a copy per node over the
+  network (comm.dispatch_time; DeepEP's own kernels on Blackwell at their measured rate on
+  parallel.dispatch_sms SMs, dispatch.py); DualPipe and parallel.ep_overlap hide each all-to-all behind the piece
   of the paired micro-batch's compute that Megatron's schedule runs beside it (paired_hidden), on
   the micro-batches that schedule pairs (paired_share).
 """
@@ -30,6 +31,7 @@ from ..memory.offload import offload_parts, reload_split
 from ..specs.frameworks import tp_backward_overlapped
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
+from .profiles import DEEPEP_SMS
 
 
 def layer_comm(model, par, cluster, profile, moe_layer, lt):
@@ -71,16 +73,11 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
         out["cp"] = (fwd, (2 + again) * fwd, hidden, hidden)
     if moe_layer and par.ep > 1:
-        g = expert_group("ep", par, cluster)
-        mine, moe = act / (par.tp if par.sp else 1), model.moe
-        a2a = 2 * par.moe_imbalance * (  # the busiest rank receives moe_imbalance times its share
-            dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile, moe.group_limit)
-            if par.dispatcher == "deepep"
-            else collective_time("all_to_all", mine * moe.top_k, g, cluster, profile))
+        a2a, sms = ep_exchange(model, par, cluster, profile), par.dispatch_sms or DEEPEP_SMS
         hidden = paired_hidden(lt, a2a) * (1.0 if par.schedule == "dualpipe" else paired_share(par)) \
             if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
-        if par.dispatcher == "deepep":    # the compute beside DeepEP's kernels runs on the SMs they leave
-            hidden *= 1 - profile.dispatch_sm_share
+        if par.dispatcher != "alltoall":  # the compute beside DeepEP's kernels runs on the SMs they leave
+            hidden *= 1 - min(0.95, profile.dispatch_sm_share * sms / DEEPEP_SMS)
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
     back = lt.backward_input + lt.backward_weight
     if par.offload_layers:
@@ -95,6 +92,18 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         out["offload"] = (copy, copy, min(1.0, lt.forward / copy) if copy else 1.0,
                           min(hides / rate, back) / copy if copy else 1.0)
     return out
+
+
+def ep_exchange(model, par, cluster, profile) -> float:
+    """Seconds of one MoE layer's dispatch and combine for one micro-batch, on the busiest rank
+    (moe_imbalance times its share): an all-to-all of a copy per expert, or DeepEP's or HybridEP's
+    copy per node and per GPU (comm.dispatch_time)."""
+    g = expert_group("ep", par, cluster)
+    mine, moe = BF16 * tokens(par) * model.hidden / (par.tp if par.sp else 1), model.moe
+    one = dispatch_time(mine, moe.experts, moe.top_k, g, cluster, profile, moe.group_limit, BF16 * model.hidden,
+                        par.dispatcher, par.dispatch_sms) if par.dispatcher != "alltoall" else \
+        collective_time("all_to_all", mine * moe.top_k, g, cluster, profile)
+    return 2 * par.moe_imbalance * one
 
 
 def paired_hidden(lt, a2a: float) -> float:

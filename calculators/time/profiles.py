@@ -72,7 +72,7 @@ from ..specs.limits import MAX_JSON_BYTES
 from ..specs.validate import check_fields, link, loads, number, show
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
-DEEPEP_SMS = 20        # SMs DeepEP's dispatch and combine kernels run on by default (Buffer.num_sms)
+DEEPEP_SMS = 20        # SMs DeepEP's kernels run on by default (Buffer.num_sms; Megatron's default too)
 TIERS = ("intra", "inter")
 
 # Bus bandwidth reached on 256 MB messages, as a fraction of the link's one-way bandwidth.
