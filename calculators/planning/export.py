@@ -75,8 +75,16 @@ def _harness_recompute(recompute: str) -> tuple[str, list[str]]:
 
 def _alltoall_only(par, who: str) -> list[str]:
     name = {"deepep": "DeepEP", "hybridep": "HybridEP"}.get(par.dispatcher, par.dispatcher)
+    if par.ep == 1 or par.dispatcher == "alltoall":
+        return []
+    if who == "torchtitan":
+        # torchtitan's models take the dispatcher in their config (moe_comm_backend: standard, deepep,
+        # hybridep; torchtitan/models/common/config_utils.py), not in [parallelism]
+        return [f'{name}: set the model\'s moe_comm_backend = "{par.dispatcher}" in its torchtitan config (not a '
+                "[parallelism] key); torchtitan's deepep backend is DeepEP's second version, which the "
+                "calculators cost as hybridep"]
     return [f"{who} dispatches MoE tokens with an all-to-all, not {name}: expect the step with dispatcher "
-            "alltoall (more inter-node traffic)"] if par.ep > 1 and par.dispatcher != "alltoall" else []
+            "alltoall (more inter-node traffic)"]
 
 
 def _megatron(model, cluster, par, _ref):

@@ -35,7 +35,6 @@ from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
-from ..time.layercomm import ep_exchange
 from ..time.profiles import HardwareProfile, default_profile
 from .space import one_microbatch, space, structures
 from .split import balance_split
@@ -120,14 +119,14 @@ class _Search:
         return ["dualpipe"] if self.model.moe and "dualpipe" in self.space["schedule"] else []
 
     def fastest_dispatch(self, par):
-        """Of the dispatchers the space allows, the one whose MoE dispatch and combine take least on
-        this layout (they hold the same memory in the model): DeepEP's measured kernels on Blackwell
-        can be slower than NCCL's all-to-all where a token reaches few GPUs (top-2 routing)."""
+        """Of the dispatchers the space allows, the one whose step is shortest on this layout (closed
+        form; they hold the same memory in the model): DeepEP's measured kernels on Blackwell can be
+        slower than NCCL's all-to-all where a token reaches few GPUs (top-2 routing), and the SMs
+        they hold hide less of what they overlap."""
         options = self.space["dispatcher"]
         if len(options) == 1 or self.model.moe is None or par.ep == 1:
             return par
-        return min((replace(par, dispatcher=d) for d in options),
-                   key=lambda p: ep_exchange(self.model, p, self.cluster, self.profile))
+        return min((replace(par, dispatcher=d) for d in options), key=self.closed_time)
 
     def worth_rebalancing(self, par) -> bool:
         """An uneven split moves layers, it does not remove work: a layout whose even split is

@@ -65,7 +65,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
         # MoE dispatch: DeepEP and HybridEP are separate installs, tried only where the user allows
         # them (dispatcher: deepep, hybridep); of those allowed, each layout takes the fastest
-        # (Planner.fastest_dispatch)
+        # (_Search.fastest_dispatch)
         "dispatcher": ["alltoall"],
         # the local experts' kernel: the framework's unless the user allows fused (never slower)
         "experts": [""],

@@ -283,6 +283,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
         require(p, model.moe.expert_ffn % par.etp == 0,
                 lambda: f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
+        require(p, par.dispatcher != "deepep" or par.dispatch_sms % 2 == 0,
+                lambda: f"dispatch_sms={par.dispatch_sms} must be even: DeepEP runs a channel on each "
+                "pair of SMs (its intranode kernel asserts an even count)")
         if par.dispatch_sms and par.dispatcher == "alltoall":
             w.append(f"dispatch_sms={par.dispatch_sms} sets the SMs of DeepEP's or HybridEP's kernels; the "
                      "all-to-all dispatcher uses NCCL's, so it changes nothing (set dispatcher=deepep)")

@@ -46,8 +46,8 @@ from functools import lru_cache
 from ..specs.errors import ConfigError
 from ..specs.hardware import ClusterSpec
 from ..specs.parallel import ParallelConfig
-from .dispatch import measured_nvlink_time
-from .profiles import DEEPEP_SMS, HardwareProfile
+from .dispatch import default_sms, measured_nvlink_time
+from .profiles import HardwareProfile
 
 DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
 _BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -224,22 +224,21 @@ def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: 
     node holding one of its experts, and NVLink carries one copy per GPU holding one, all at once
     (the all-to-all instead sends a copy per expert: top_k of them). Routing is taken as balanced;
     an imbalanced router sends more to its busiest rank; group-limited routing (`groups`,
-    experts_hit) sends a token to fewer nodes. With `dispatcher` "deepep", DeepEP's kernels inside
-    one NVLink domain on Blackwell run at their measured rate on `sms` SMs (0: DeepEP's default) for
-    tokens of `token_bytes` (dispatch.py); otherwise, and for HybridEP, at a share of the links."""
+    experts_hit) sends a token to fewer nodes. With `dispatcher` "deepep", DeepEP's kernels among at
+    most 8 GPUs of one Blackwell node run at their measured rate on `sms` SMs (0: DeepEP's 20) for
+    tokens of `token_bytes`, no faster than the links (dispatch.py); otherwise, and for HybridEP, at
+    a share of the links."""
     n, k, N = grp.size, grp.per_node, grp.nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
     alpha = ((N - 1) * profile.latency_us["inter"] + (k - 1) * profile.latency_us["intra"]) * 1e-6
-    if N == 1:
-        measured = measured_nvlink_time(nbytes * experts_hit(experts, top_k, n, groups), token_bytes,
-                                        cluster.gpu.name, dispatcher, sms or DEEPEP_SMS)
-        if measured is not None:
-            return alpha + measured
     over_nvlink = nbytes * experts_hit(experts, top_k, n, groups) * (k - 1) / k / \
         _link("intra", cluster, profile, "ep_dispatch", 1)
     if N == 1:
-        return alpha + over_nvlink
+        measured = measured_nvlink_time(nbytes * experts_hit(experts, top_k, n, groups), token_bytes,
+                                        cluster.gpu.name, dispatcher, sms or default_sms(dispatcher), n)
+        # a measured kernel time holds its own latency; the link still bounds it
+        return max(measured, alpha + over_nvlink) if measured is not None else alpha + over_nvlink
     over_nics = nbytes * experts_hit(experts, top_k, N, groups) * (N - 1) / N / \
         _link("inter", cluster, profile, "ep_dispatch", grp.fabric_nodes)
     return alpha + max(over_nics, over_nvlink)

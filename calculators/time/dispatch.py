@@ -1,88 +1,91 @@
-"""DeepEP's normal (training) kernels inside one NVLink domain on Blackwell: measured, not link-bound.
+"""DeepEP's normal (training) kernels inside one node of Blackwell: measured, bound by their SMs.
 
-On an 8-GPU H800 node DeepEP's intranode dispatch and combine move 153 to 158 GB/s, near the 200 GB/s
-NVLink (DeepEP's README), so comm.dispatch_time costs them as a share of the link. On Blackwell's
-900 GB/s NVLink 5 they are bound by the SMs they run on instead. DeepEP's own B200 measurement (its
+`parallel.dispatcher` "deepep" is DeepEP's first normal kernels (deep_ep.Buffer), which Megatron's flex
+dispatcher calls (20 SMs unless moe_flex_dispatcher_num_sms says otherwise) and torchtitan's DeepEP
+branch of 2026-01 ran. On an 8-GPU H800 node they move 153 to 158 GB/s, near what DeepEP's README
+calls the ~160 GB/s NVLink maximum, so comm.dispatch_time costs them as a share of the links. On
+Blackwell's 900 GB/s NVLink 5 the SMs they run on bound them instead. DeepEP's B200 measurement (its
 hybrid-ep branch, docs/README_Hybrid-EP.md at 94a9f8f, "B200 Platform": 8 ranks, 4,096 tokens of
 hidden 7168 in bf16, top-8 of 64 experts, uniform routing, through the Torch API) rises with the SMs
-given to the kernels and levels off past about 36:
+and levels off past about 36:
 
     SMs                16   24   28   32   36   40   44   48
     dispatch (GB/s)   348  494  560  619  635  629  640  646
     combine (GB/s)    302  420  477  524  549  570  577  586
 
-GB/s there is DeepEP's own measure: the bytes a rank receives (its own tokens included) over the
-kernel's time, so a rank's dispatch takes (tokens x GPUs each reaches x token bytes) / rate. Fewer
-SMs than 16 are taken as proportionally slower, more than 48 as 48's.
+GB/s is DeepEP's own measure: the bytes a rank receives, its own tokens included, over the kernel's
+time; so a rank's dispatch takes (its tokens x GPUs each reaches x token bytes) / rate. torchtitan's
+DeepEP branch timed the same kernels for Qwen3-30B-A3B's smaller tokens (hidden 2048, top-8 of 128
+experts, 4,096 tokens, 8 B200; torchtitan/distributed/deepep/utils.py at 2a642d0): 516.71 GB/s dispatch
+and 485.75 GB/s combine at 128 SMs, "41.2% faster dispatch, 48.3% faster combine" than at 24 SMs
+(its tuning script's measure: the time saved), so 303.8 and 251.1 GB/s at 24. Small tokens cost more
+per byte, and more so on few SMs: 0.61 and 0.60 of the 14 KB rates at 24 SMs, 0.80 and 0.83 past the
+level.
 
-Smaller tokens move fewer bytes per token handled. torchtitan's DeepEP branch tuned the kernels for
-Qwen3-30B-A3B (hidden 2048, top-8 of 128 experts) on 8 B200 at 128 SMs and measured 516.71 GB/s
-dispatch and 485.75 GB/s combine (torchtitan/distributed/deepep/utils.py at 2a642d0), 0.80 and 0.83
-of the 48-SM rates above. Each pair fits a time per received token of a fixed cost plus its bytes at
-a rate (_token_cost), the fixed cost worth 1,594 bytes (dispatch) and 1,290 bytes (combine) at that
-rate; their mean C scales a token of b bytes by size_factor(b) = b (C + 14336) / (14336 (C + b)) at
-every SM count (an assumption: the two sizes were compared at 128 and 48 SMs, both past the level).
-Fitted on these kernel measurements only; checked on the training runs in validation/data that use
-DeepEP on Blackwell (torchtitan's six on 128 SMs, from the same branch's README, and Megatron-Bridge's
-Qwen3-235B-A22B on 20), none of whose times were read here.
+Model: the time per received token is a fixed cost plus a cost per byte (each solved from a pair of
+token sizes above, per direction); on s SMs it is the 24-SM time x 24 / s (SM-bound), never below the
+levelled-off time (48 SMs for 14 KB tokens, 128 for 4 KB), nor below what the link model gives.
+Fitted on four numbers a direction; checked on the table's other SM counts (within 8%) and DeepEP's
+GB200 table at 8 ranks in the same document (within 10%), and on the training runs in
+validation/data that use DeepEP on Blackwell (torchtitan's six on 128 SMs, from the same branch's
+README, and Megatron-Bridge's Qwen3-235B-A22B on 20), none of whose times were read here. The
+tuning's summary file that the torchtitan comment cites is not in that commit; the rates are as the
+comment prints them.
 
-HybridEP (NVIDIA's TMA-based kernels, parallel.dispatcher "hybridep") keeps the link model: its
-kernels alone ran 735 and 674 GB/s at 16 SMs in the same B200 benchmark, near the 792 GB/s the model
-gives (0.77 of 900 GB/s on the 7/8 of the bytes that leave the GPU); through its Torch API, which adds
-a copy of the received tokens and a synchronisation, 536 and 531. The Megatron-Bridge runs that name
-it on B200 and GB200 (-5 to +15% with the link model) do not say which of the two is nearer training.
+Measured at 8 ranks: a group of more than 8 in one NVLink domain (GB200 NVL72) keeps the link model,
+as DeepEP's first intranode kernels hold at most 8 peers. HybridEP (parallel.dispatcher "hybridep")
+keeps it too: its kernels alone ran 735 and 674 GB/s at 16 SMs in the same B200 benchmark, near the
+792 GB/s the link model gives (0.77 of 900 GB/s on the 7/8 of the bytes that leave the GPU), and
+Megatron calls them with the permutation fused (dispatch_with_permute), which the calculators cost
+apart. DeepEP's second version (deep_ep.ElasticBuffer, 2026, which torchtitan's main branch runs)
+moved 643 to 740 GB/s on SM100 at 24 to 64 SMs in DeepEP's README, also near the link model: cost
+it as "hybridep".
 """
 from __future__ import annotations
 
 from ..specs.hardware import BLACKWELL
+from .profiles import DEEPEP_SMS
 
-MEASURED_TOKEN_BYTES = 7168 * 2   # the benchmark's bf16 token
-# (SMs, dispatch GB/s, combine GB/s): DeepEP on 8 B200, the table above
-DEEPEP_B200 = ((16, 348.0, 302.0), (24, 494.0, 420.0), (28, 560.0, 477.0), (32, 619.0, 524.0),
-               (36, 635.0, 549.0), (40, 629.0, 570.0), (44, 640.0, 577.0), (48, 646.0, 586.0))
-# (token bytes, dispatch GB/s, combine GB/s): torchtitan's Qwen3-30B-A3B tuning at 128 SMs
-QWEN3_B200 = (2048 * 2, 516.71, 485.75)
-
-
-def _token_cost(column: int) -> float:
-    """Bytes' worth of the fixed cost per received token: b / rate = (cost + b) / link, solved for cost
-    from the 48-SM rate of 14,336-byte tokens and torchtitan's rate of its smaller ones."""
-    big, small = DEEPEP_B200[-1][column], QWEN3_B200[column]
-    b, s = MEASURED_TOKEN_BYTES, QWEN3_B200[0]
-    link = (b - s) / (b / big - s / small)
-    return link * s / small - s
+HYBRIDEP_SMS = (24, 8)            # HybridEP's default in one node, across nodes (csrc/hybrid_ep/config.cuh)
+MEASURED_RANKS = 8
+SM_POINTS = 24                    # the SM count of the SM-bound pair
+# (token bytes, dispatch GB/s, combine GB/s)
+SM_BOUND = ((7168 * 2, 494.0, 420.0), (2048 * 2, 516.71 * (1 - 0.412), 485.75 * (1 - 0.483)))   # 24 SMs
+LEVEL = ((7168 * 2, 646.0, 586.0), (2048 * 2, 516.71, 485.75))   # 48 SMs (14 KB), 128 SMs (4 KB)
 
 
-TOKEN_COST_BYTES = (_token_cost(1) + _token_cost(2)) / 2
+def default_sms(dispatcher: str, nodes: int = 1) -> int:
+    """The SMs a dispatcher's kernels take when parallel.dispatch_sms leaves it to them."""
+    return HYBRIDEP_SMS[nodes > 1] if dispatcher == "hybridep" else DEEPEP_SMS
 
 
-def size_factor(token_bytes: float) -> float:
-    """The rate of tokens of `token_bytes` over the benchmark's 14,336-byte tokens."""
-    b, c = float(token_bytes), TOKEN_COST_BYTES
-    return b * (c + MEASURED_TOKEN_BYTES) / (MEASURED_TOKEN_BYTES * (c + b))
+def _line(points, column: int) -> tuple[float, float]:
+    """(fixed ns, ns per byte) of a received token's time b / rate through two token sizes."""
+    (b1, *r1), (b2, *r2) = points
+    t1, t2 = b1 / r1[column - 1], b2 / r2[column - 1]
+    per_byte = (t1 - t2) / (b1 - b2)
+    return t1 - b1 * per_byte, per_byte
 
 
-def _at(sms: float, column: int) -> float:
-    table = DEEPEP_B200
-    if sms <= table[0][0]:
-        return table[0][column] * sms / table[0][0]
-    for lo, hi in zip(table, table[1:]):
-        if sms <= hi[0]:
-            return lo[column] + (hi[column] - lo[column]) * (sms - lo[0]) / (hi[0] - lo[0])
-    return table[-1][column]
+def token_ns(sms: float, token_bytes: float, column: int) -> float:
+    """Nanoseconds per received token of `token_bytes` on `sms` SMs; column 1 dispatch, 2 combine."""
+    f_sm, p_sm = _line(SM_BOUND, column)
+    f_lv, p_lv = _line(LEVEL, column)
+    return max((f_sm + token_bytes * p_sm) * SM_POINTS / max(1.0, sms), f_lv + token_bytes * p_lv)
 
 
 def deepep_rates(sms: float, token_bytes: float) -> tuple[float, float]:
-    """(dispatch, combine) GB/s in DeepEP's measure for DeepEP's intranode kernels on `sms` SMs."""
-    f = size_factor(token_bytes)
-    return _at(sms, 1) * f, _at(sms, 2) * f
+    """(dispatch, combine) GB/s in DeepEP's measure for its intranode kernels on `sms` SMs."""
+    return tuple(token_bytes / token_ns(sms, token_bytes, c) for c in (1, 2))
 
 
 def measured_nvlink_time(received_bytes: float, token_bytes: float, gpu_name: str, dispatcher: str,
-                         sms: int) -> float | None:
-    """Seconds of one DeepEP dispatch or combine (their mean) inside an NVLink domain, for a rank that
-    receives `received_bytes`; None where no measurement applies (not DeepEP, not Blackwell)."""
-    if dispatcher != "deepep" or gpu_name not in BLACKWELL or received_bytes <= 0:
+                         sms: int, ranks: int) -> float | None:
+    """Seconds of one DeepEP dispatch or combine (their mean) inside a node, for a rank that receives
+    `received_bytes`; None where no measurement applies (not DeepEP, not Blackwell, more than 8
+    ranks, no token size)."""
+    if dispatcher != "deepep" or gpu_name not in BLACKWELL or ranks > MEASURED_RANKS or received_bytes <= 0 \
+            or token_bytes <= 0:
         return None
-    d, c = deepep_rates(max(1, sms), token_bytes)
-    return received_bytes * (1 / d + 1 / c) / 2 / 1e9
+    tokens = received_bytes / token_bytes
+    return tokens * (token_ns(sms, token_bytes, 1) + token_ns(sms, token_bytes, 2)) / 2 * 1e-9

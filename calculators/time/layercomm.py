@@ -31,6 +31,7 @@ from ..memory.offload import offload_parts, reload_split
 from ..specs.frameworks import tp_backward_overlapped
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
+from .dispatch import default_sms
 from .profiles import DEEPEP_SMS
 
 
@@ -73,10 +74,12 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         hidden = min(1.0, profile.overlap["cp"] * attn_time / fwd) if fwd else 0.0
         out["cp"] = (fwd, (2 + again) * fwd, hidden, hidden)
     if moe_layer and par.ep > 1:
-        a2a, sms = ep_exchange(model, par, cluster, profile), par.dispatch_sms or DEEPEP_SMS
+        a2a = ep_exchange(model, par, cluster, profile)
+        sms = par.dispatch_sms or default_sms(par.dispatcher, expert_group("ep", par, cluster).nodes)
         hidden = paired_hidden(lt, a2a) * (1.0 if par.schedule == "dualpipe" else paired_share(par)) \
             if par.schedule == "dualpipe" or par.ep_overlap else profile.overlap["ep"]
         if par.dispatcher != "alltoall":  # the compute beside DeepEP's kernels runs on the SMs they leave
+            # (profile.dispatch_sm_share is DeepEP's 20 SMs' share of the GPU)
             hidden *= 1 - min(0.95, profile.dispatch_sm_share * sms / DEEPEP_SMS)
         out["ep"] = (a2a, a2a * (1 + again_ep), hidden, hidden)
     back = lt.backward_input + lt.backward_weight

@@ -27,7 +27,7 @@ CONTROLS = {
                                 maximum=limits.MAX_BATCH), 512),
     "recompute": (lambda v: gr.Radio(["any", "none", "selective", "full"], value=v, label="recompute"), "any"),
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="plan for (framework)"), "megatron"),
-    "deepep": (lambda v: gr.Checkbox(v, label="DeepEP installed (MoE)"), False),
+    "deepep": (lambda v: gr.Checkbox(v, label="DeepEP and HybridEP installed (MoE)"), False),
     "export": (lambda v: gr.Dropdown(list(FORMATS), value=v, label="export the best plan as"), "megatron"),
 }
 COLUMNS = ["#", "layout", "step s", "tokens/s/GPU", "MFU", "memory GiB", "bubble"]
@@ -38,10 +38,11 @@ def _plan(model: str, gpu: str, nodes: int, seq: int, gbs: int, recompute: str, 
           deepep: bool = False) -> dict:
     """One search per question: revisiting the chapter or changing only the export format is free.
     The framework sets the memory layout and what may be proposed (frameworks.LIMITS); with
-    DeepEP installed MoE plans dispatch through it."""
+    DeepEP (and its HybridEP) installed, each MoE plan dispatches through whichever of them and the
+    all-to-all is fastest on its layout."""
     constraints = {"framework": framework} if recompute == "any" else {"recompute": recompute, "framework": framework}
     if deepep:
-        constraints["dispatcher"] = ["alltoall", "deepep"]
+        constraints["dispatcher"] = ["alltoall", "deepep", "hybridep"]
     return plan_answer({"model": {"preset": model}, "hardware": {"gpu": gpu, "nodes": nodes},
                         "seq": seq, "gbs": gbs, "constraints": constraints, "top": 5})
 

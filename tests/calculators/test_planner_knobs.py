@@ -32,7 +32,11 @@ def test_moe_dispatcher_plans_and_exports():
     assert "--moe-token-dispatcher-type flex" in meg and "--moe-flex-dispatcher-backend deepep" in meg
     assert "--moe-token-dispatcher-type alltoall" in export("megatron", qwen, cluster, a2a.par)[0]
     _, notes = export("torchtitan", qwen, cluster, deep.par)
+    assert any('moe_comm_backend = "deepep"' in n for n in notes)
+    _, notes = export("deepspeed", qwen, cluster, deep.par)
     assert any("not DeepEP" in n for n in notes)
+    hybrid = export("megatron", qwen, cluster, replace(deep.par, dispatcher="hybridep", dispatch_sms=16))[0]
+    assert "--moe-flex-dispatcher-backend hybridep" in hybrid and "--moe-flex-dispatcher-num-sms 16" in hybrid
     with pytest.raises(ConfigError, match="dispatcher"):
         plan(qwen, cluster, 4096, 2048, {"dispatcher": "nvshmem"})
 
