@@ -40,6 +40,17 @@ Megatron calls them with the permutation fused (dispatch_with_permute), which th
 apart. DeepEP's second version (deep_ep.ElasticBuffer, 2026, which torchtitan's main branch runs)
 moved 643 to 740 GB/s on SM100 at 24 to 64 SMs in DeepEP's README, also near the link model: cost
 it as "hybridep".
+
+Across nodes, comm.dispatch_time costs the copies that leave a node at the profile's share of the NIC
+(ep_dispatch, 0.86: DeepEP's 43 GB/s on 50). DeepEP's RDMA GB/s counts a rank's tokens times the
+nodes each reaches, its own node included (DeepEP's README says so of its second version's "logical
+bandwidth"; the first's test_internode.py counts the same), so only (N - 1) / N of them cross the
+NIC. At 4 and 8 nodes the first version's figures (57 and 50 GB/s combining, README at b306af0~1,
+H800 with 400 Gb/s CX7) are 0.86 and 0.88 of the NIC so read; at 2 nodes its 43 GB/s is 0.43: half
+the share. HybridEP's kernels on H100 (8 SMs, its default across nodes; the hybrid-ep README's H100
+table, kernel time) reach 0.72 at 2 nodes against 0.83 and 0.89 at 4 and 8. two_node_share gives
+the 2-node share over the 4-and-8-node mean; H200 runs of DeepEP's first kernels on 2 nodes (DeepEP
+issue 493: 41 and 44 GB/s) agree with DeepEP's own.
 """
 from __future__ import annotations
 
@@ -52,6 +63,27 @@ SM_POINTS = 24                    # the SM count of the SM-bound pair
 # (token bytes, dispatch GB/s, combine GB/s)
 SM_BOUND = ((7168 * 2, 494.0, 420.0), (2048 * 2, 516.71 * (1 - 0.412), 485.75 * (1 - 0.483)))   # 24 SMs
 LEVEL = ((7168 * 2, 646.0, 586.0), (2048 * 2, 516.71, 485.75))   # 48 SMs (14 KB), 128 SMs (4 KB)
+
+
+# logical RDMA GB/s by nodes: DeepEP's first version (combine, bf16), HybridEP on H100 (dispatch, combine)
+DEEPEP_RDMA = {2: 43.0, 4: 57.0, 8: 50.0}
+HYBRIDEP_RDMA = {2: (76.80, 68.00), 4: (54.50, 56.40), 8: (50.55, 51.03)}
+NIC_GBPS = 50.0                   # the 400 Gb/s NICs of both measurements
+
+
+def _nic_share(logical: float, nodes: int) -> float:
+    return logical * (nodes - 1) / nodes / NIC_GBPS
+
+
+def two_node_share(dispatcher: str) -> float:
+    """The NIC share DeepEP's or HybridEP's kernels reach over 2 nodes, over their mean at 4 and 8."""
+    if dispatcher == "deepep":
+        rates = {n: r for n, r in DEEPEP_RDMA.items()}
+    elif dispatcher == "hybridep":
+        rates = {n: 2 / (1 / d + 1 / c) for n, (d, c) in HYBRIDEP_RDMA.items()}
+    else:
+        return 1.0
+    return _nic_share(rates[2], 2) / ((_nic_share(rates[4], 4) + _nic_share(rates[8], 8)) / 2)
 
 
 def default_sms(dispatcher: str, nodes: int = 1) -> int:
