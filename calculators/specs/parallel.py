@@ -115,6 +115,9 @@ class ParallelConfig:
                                   "elementwise": ELEMENTWISE_KERNELS,
                                   "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES,
                                   "fp8_recipe": FP8_RECIPES, "fp8_weights": FP8_WEIGHTS})
+        require(p, self.dispatcher != "deepep" or type(self.dispatch_sms) is not int or self.dispatch_sms % 2 == 0,
+                lambda: f"parallel.dispatch_sms={self.dispatch_sms} must be even with dispatcher deepep: DeepEP runs "
+                "a channel on each pair of SMs (its intranode kernel asserts an even count)")
         require(p, recompute_valid(self.recompute),
                 lambda: f"parallel.recompute must be one of {RECOMPUTE + EXPLICIT}, layer:N "
                         f"(every N-th layer recomputed in full, N from 1 to 1,024) or Megatron's recompute modules "
@@ -283,9 +286,6 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")
         require(p, model.moe.expert_ffn % par.etp == 0,
                 lambda: f"etp={par.etp} must divide expert_ffn={model.moe.expert_ffn}")
-        require(p, par.dispatcher != "deepep" or par.dispatch_sms % 2 == 0,
-                lambda: f"dispatch_sms={par.dispatch_sms} must be even: DeepEP runs a channel on each "
-                "pair of SMs (its intranode kernel asserts an even count)")
         if par.dispatch_sms and par.dispatcher == "alltoall":
             w.append(f"dispatch_sms={par.dispatch_sms} sets the SMs of DeepEP's or HybridEP's kernels; the "
                      "all-to-all dispatcher uses NCCL's, so it changes nothing (set dispatcher=deepep)")

@@ -46,7 +46,7 @@ from functools import lru_cache
 from ..specs.errors import ConfigError
 from ..specs.hardware import ClusterSpec
 from ..specs.parallel import ParallelConfig
-from .dispatch import default_sms, measured_nvlink_time, two_node_share
+from .dispatch import default_sms, measured_nvlink_time, nic_share
 from .profiles import HardwareProfile
 
 DEFAULT_ORDER = ("tp", "cp", "ep", "dp", "pp")
@@ -227,7 +227,7 @@ def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: 
     experts_hit) sends a token to fewer nodes. With `dispatcher` "deepep", DeepEP's kernels among at
     most 8 GPUs of one Blackwell node run at their measured rate on `sms` SMs (0: DeepEP's 20) for
     tokens of `token_bytes`, no faster than the links (dispatch.py); otherwise, and for HybridEP, at
-    a share of the links, a smaller one of the NICs between two nodes (dispatch.two_node_share)."""
+    a share of the links, a smaller one of the NICs over 2 and 3 nodes (dispatch.nic_share)."""
     n, k, N = grp.size, grp.per_node, grp.nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
@@ -241,8 +241,7 @@ def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: 
         return max(measured, alpha + over_nvlink) if measured is not None else alpha + over_nvlink
     over_nics = nbytes * experts_hit(experts, top_k, N, groups) * (N - 1) / N / \
         _link("inter", cluster, profile, "ep_dispatch", grp.fabric_nodes)
-    if N == 2:   # DeepEP's and HybridEP's kernels use less of the NIC between two nodes (dispatch.py)
-        over_nics /= two_node_share(dispatcher)
+    over_nics /= nic_share(dispatcher, N)   # DeepEP's and HybridEP's kernels use less of the NIC over 2 nodes
     return alpha + max(over_nics, over_nvlink)
 
 

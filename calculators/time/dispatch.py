@@ -24,40 +24,48 @@ level.
 
 Model: the time per received token is a fixed cost plus a cost per byte (each solved from a pair of
 token sizes above, per direction); on s SMs it is the 24-SM time x 24 / s (SM-bound), never below the
-levelled-off time (48 SMs for 14 KB tokens, 128 for 4 KB), nor below what the link model gives.
-Fitted on four numbers a direction; checked on the table's other SM counts (within 8%) and DeepEP's
-GB200 table at 8 ranks in the same document (within 10%), and on the training runs in
-validation/data that use DeepEP on Blackwell (torchtitan's six on 128 SMs, from the same branch's
-README, and Megatron-Bridge's Qwen3-235B-A22B on 20), none of whose times were read here. The
-tuning's summary file that the torchtitan comment cites is not in that commit; the rates are as the
-comment prints them.
+levelled-off time (measured at 48 SMs for 14 KB tokens and 128 for 4 KB; the model reaches it from
+about 45 SMs), nor below what the link model gives. Fitted on four numbers a direction; checked on
+the table's other SM counts (within 8%) and DeepEP's GB200 table at 8 ranks in the same document
+(within 10%), and on the training runs in validation/data that use DeepEP on Blackwell (torchtitan's
+six on 128 SMs, from the same branch's README, and Megatron-Bridge's Qwen3-235B-A22B on 20), none of
+whose times were read here. The tuning's summary file that the torchtitan comment cites is not in
+that commit; the rates are as the comment prints them.
 
-Measured at 8 ranks: a group of more than 8 in one NVLink domain (GB200 NVL72) keeps the link model,
-as DeepEP's first intranode kernels hold at most 8 peers. HybridEP (parallel.dispatcher "hybridep")
-keeps it too: its kernels alone ran 735 and 674 GB/s at 16 SMs in the same B200 benchmark, near the
-792 GB/s the link model gives (0.77 of 900 GB/s on the 7/8 of the bytes that leave the GPU), and
-Megatron calls them with the permutation fused (dispatch_with_permute), which the calculators cost
-apart. DeepEP's second version (deep_ep.ElasticBuffer, 2026, which torchtitan's main branch runs)
-moved 643 to 740 GB/s on SM100 at 24 to 64 SMs in DeepEP's README, also near the link model: cost
-it as "hybridep".
+Measured at 8 ranks and used for fewer too: torchtitan's tuning at EP 4 (218 and 185 GB/s at 24 SMs
+for 4 KB tokens; scripts/deepep/torchtitan_deepep_tune/TUNING_RESULTS_SUMMARY.md) ran 0.72 and 0.74
+of the 8-rank rates, so fewer ranks are slower still. A group of more than 8 in one NVLink domain
+(GB200 NVL72) keeps the link model, as DeepEP's first intranode kernels hold at most 8 peers. So
+does Hopper: no measurement there at these SM counts; Blackwell's per-SM rates would hold 4 KB
+tokens on 20 SMs (253 and 209 GB/s) below H100's link share (344), which the one 8-GPU H100 DeepEP
+run (NeMo AutoModel's Qwen3-30B-A3B, already predicted 17% slow) does not support. HybridEP
+(parallel.dispatcher "hybridep") keeps it too: its kernels alone ran 735 and 674 GB/s at 16 SMs in
+the same B200 benchmark, about the 688 GB/s the link model gives (0.67 of 900 GB/s on the 7/8 of the
+bytes that leave the GPU), and Megatron calls them with the permutation fused (dispatch_with_permute),
+which the calculators cost apart. DeepEP's second version (deep_ep.ElasticBuffer, 2026, which
+torchtitan's main branch runs) moved 643 to 740 GB/s on SM100 at 24 to 64 SMs in one node in DeepEP's
+README, near the link model as "hybridep" costs it, and 0.85 and 0.92 of the NIC over 2 and 4 nodes
+(90 and 81, 61 GB/s logical), which "hybridep" puts at 0.72 and 0.83 (nic_share): no value here
+costs it exactly across nodes.
 
 Across nodes, comm.dispatch_time costs the copies that leave a node at the profile's share of the NIC
-(ep_dispatch, 0.86: DeepEP's 43 GB/s on 50). DeepEP's RDMA GB/s counts a rank's tokens times the
-nodes each reaches, its own node included (DeepEP's README says so of its second version's "logical
-bandwidth"; the first's test_internode.py counts the same), so only (N - 1) / N of them cross the
-NIC. At 4 and 8 nodes the first version's figures (57 and 50 GB/s combining, README at b306af0~1,
-H800 with 400 Gb/s CX7) are 0.86 and 0.88 of the NIC so read; at 2 nodes its 43 GB/s is 0.43: half
-the share. HybridEP's kernels on H100 (8 SMs, its default across nodes; the hybrid-ep README's H100
-table, kernel time) reach 0.72 at 2 nodes against 0.83 and 0.89 at 4 and 8. two_node_share gives
-the 2-node share over the 4-and-8-node mean; H200 runs of DeepEP's first kernels on 2 nodes (DeepEP
-issue 493: 41 and 44 GB/s) agree with DeepEP's own.
+(profiles.py, ep_dispatch 0.86). DeepEP's RDMA GB/s counts a rank's tokens times the nodes each
+reaches, its own node included (its README calls its second version's figures "logical bandwidth";
+the first's test_internode.py counts the same), so only (N - 1) / N of them cross the NIC. The first
+version's figures (43, 57 and 50 GB/s combining over 2, 4 and 8 nodes, README at b306af0~1, H800 with
+400 Gb/s CX7) so read are 0.43, 0.86 and 0.88 of the NIC: the profile's share holds from 4 nodes, and
+2 nodes reach half of it. HybridEP's kernels on H100 (8 SMs, its default across nodes; the hybrid-ep
+README's H100 table, kernel time) reach 0.72, 0.83 and 0.89. nic_share gives a node count's share
+over the 4-and-8-node mean, interpolated between the measured counts and held past 8. H200 runs of
+DeepEP's first kernels over 2 nodes (DeepEP issue 493: 40.89 and 44.37 GB/s) agree with its README.
 """
 from __future__ import annotations
 
 from ..specs.hardware import BLACKWELL
 from .profiles import DEEPEP_SMS
 
-HYBRIDEP_SMS = (24, 8)            # HybridEP's default in one node, across nodes (csrc/hybrid_ep/config.cuh)
+HYBRIDEP_SMS = (24, 8)            # HybridEP's default in one node, across nodes (csrc/hybrid_ep/config.cuh);
+                                  # torchtitan's HybridEP backend sets 16 (HYBRIDEP_NUM_SMS_DISPATCH)
 MEASURED_RANKS = 8
 SM_POINTS = 24                    # the SM count of the SM-bound pair
 # (token bytes, dispatch GB/s, combine GB/s)
@@ -71,19 +79,27 @@ HYBRIDEP_RDMA = {2: (76.80, 68.00), 4: (54.50, 56.40), 8: (50.55, 51.03)}
 NIC_GBPS = 50.0                   # the 400 Gb/s NICs of both measurements
 
 
-def _nic_share(logical: float, nodes: int) -> float:
+def _measured_share(logical: float, nodes: int) -> float:
     return logical * (nodes - 1) / nodes / NIC_GBPS
 
 
-def two_node_share(dispatcher: str) -> float:
-    """The NIC share DeepEP's or HybridEP's kernels reach over 2 nodes, over their mean at 4 and 8."""
+def nic_share(dispatcher: str, nodes: int) -> float:
+    """The share of the NIC DeepEP's or HybridEP's kernels reach over `nodes` nodes, over their mean at
+    4 and 8 (which the profile's ep_dispatch stands for): linear in the node count between the
+    measured 2, 4 and 8, held past 8, never above 1."""
     if dispatcher == "deepep":
-        rates = {n: r for n, r in DEEPEP_RDMA.items()}
+        logical = dict(DEEPEP_RDMA)
     elif dispatcher == "hybridep":
-        rates = {n: 2 / (1 / d + 1 / c) for n, (d, c) in HYBRIDEP_RDMA.items()}
+        logical = {n: 2 / (1 / d + 1 / c) for n, (d, c) in HYBRIDEP_RDMA.items()}
     else:
         return 1.0
-    return _nic_share(rates[2], 2) / ((_nic_share(rates[4], 4) + _nic_share(rates[8], 8)) / 2)
+    share = {n: _measured_share(r, n) for n, r in logical.items()}
+    mean = (share[4] + share[8]) / 2
+    n = min(max(nodes, 2), 8)
+    lo = 2 if n <= 4 else 4
+    hi = 2 * lo
+    at = share[lo] + (share[hi] - share[lo]) * (n - lo) / (hi - lo)
+    return min(1.0, at / mean)
 
 
 def default_sms(dispatcher: str, nodes: int = 1) -> int:

@@ -87,13 +87,17 @@ TIERS = ("intra", "inter")
 # 2026-11, their intra-node ratio to the all-reduce carried across nodes; the Ultra-Scale
 # Playbook's cluster does measure them at half its all-reduce's rate, and its runs keep that
 # (validation/nanotron.py, cluster_profile), but NCCL on InfiniBand gives them the same rate.
-# ep_dispatch: DeepEP's normal (training) dispatch and combine kernels, the bytes they move over
-# each link: 153 to 158 GB/s on NVLink within a node of H800s (about 200 GB/s one way), and 43 to
-# 58 GB/s of RDMA between nodes on a 400 Gb/s (50 GB/s) NIC per GPU (DeepEP's README, DeepSeek-V3
-# pretraining setting); the lowest of each, 153/200 and 43/50.
+# ep_dispatch: the share of each link that DeepEP's normal (training) kernels move a rank's copies
+# over. DeepEP's README (first version, DeepSeek-V3 pretraining setting, H800 with 200 GB/s NVLink,
+# "~160 GB/s" at most by its measure, and a 400 Gb/s NIC per GPU) gives 153 to 158 GB/s within a
+# node and 57 and 50 GB/s combining over 4 and 8 nodes; its GB/s count a rank's tokens times the
+# GPUs (nodes) each reaches, its own included (test_intranode.py, test_internode.py), of which 7/8
+# ((N - 1)/N) cross the link: 153 x 7/8 / 200 = 0.67 of NVLink, 0.86 and 0.88 of the NIC (0.86 kept).
+# NVLink's was 0.77 (153/200, the own copies counted as link traffic) until 2026-11. Over 2 nodes the
+# NIC share is lower (calculators/time/dispatch.py, nic_share).
 _H100_EFFICIENCY = {
     "intra": {"all_reduce": 1.02, "all_gather": 0.58, "reduce_scatter": 0.58, "all_to_all": 0.5,
-              "broadcast": 0.58, "p2p": 0.8, "ep_dispatch": 0.77},
+              "broadcast": 0.58, "p2p": 0.8, "ep_dispatch": 0.67},
     "inter": {"all_reduce": 0.9, "all_gather": 0.9, "reduce_scatter": 0.9, "all_to_all": 0.9,
               "broadcast": 0.9, "p2p": 0.9, "ep_dispatch": 0.86},
 }

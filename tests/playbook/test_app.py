@@ -189,7 +189,7 @@ def test_step_widget_says_what_the_experts_host_time_is():
     v = dict(model="qwen3-30b-a3b", gpu="H100-80GB", nodes=1, gpn=8, fit="dp", tp=1, pp=1, ep=8, zero=1, mbs=1,
              gbs=64, seq=4096, precision="fp8", experts="")
     fig, note = step.compute(v)
-    assert "16 local experts x 0.22 ms" in note and "fitted" in note
+    assert "16 local experts x 0.2 ms" in note and "fitted" in note
     assert any("host" in str(trace.get("name", "")).lower() for trace in fig.data)
     for change in ({"experts": "fused"}, {"precision": "bf16"}):
         assert "experts' FP8 loop" not in step.compute({**v, **change})[1]
