@@ -227,7 +227,8 @@ def dispatch_time(nbytes: float, experts: int, top_k: int, grp: Group, cluster: 
     experts_hit) sends a token to fewer nodes. With `dispatcher` "deepep", DeepEP's kernels among at
     most 8 GPUs of one Blackwell node run at their measured rate on `sms` SMs (0: DeepEP's 20) for
     tokens of `token_bytes`, no faster than the links (dispatch.py); otherwise, and for HybridEP, at
-    a share of the links, a smaller one of the NICs over 2 and 3 nodes (dispatch.nic_share)."""
+    a share of the links, and across fewer than 8 nodes a smaller share of the NICs (DeepEP's half of
+    it over 2; dispatch.nic_share)."""
     n, k, N = grp.size, grp.per_node, grp.nodes
     if n <= 1 or nbytes <= 0:
         return 0.0
