@@ -95,6 +95,8 @@ SCENARIO = {
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
     "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v,
                                       label="MoE dispatcher (deepep, hybridep: a copy per node)"), "alltoall"),
+    "dispatch_sms": (_slider(0, 148, "SMs for DeepEP's or HybridEP's kernels (0: their default; even for DeepEP)",
+                             step=2), 0),
     "attention": (lambda v: gr.Dropdown([(ATTENTION_LABELS.get(k, k), k) for k in ATTENTION_KERNELS], value=v,
                                         label="attention kernel"), ""),
     "experts": (lambda v: gr.Radio([("framework's", ""), ("loop (one launch per expert)", "loop"),

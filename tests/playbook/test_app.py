@@ -211,6 +211,20 @@ def test_the_attention_kernel_control_offers_every_kernel_the_calculators_take()
     assert "Attention: cuDNN 9.9 to 9.13 (2025)." in old and "Attention: cuDNN." in today
 
 
+def test_the_dispatch_sms_control_moves_deepeps_step_on_blackwell_and_names_a_bad_value():
+    """DeepEP's kernels on 128 SMs take less of a B200 step than on the default 20 (its SM-bound
+    rates); an odd count, which DeepEP refuses, is refused naming the field."""
+    from playbook.widgets import step
+    v = dict(model="qwen3-30b-a3b", gpu="B200", nodes=1, gpn=8, fit="dp", tp=1, pp=1, ep=8, zero=3, mbs=8,
+             gbs=64, seq=4096, framework="fsdp2", recompute="full", dispatcher="deepep", dispatch_sms=0)
+    notes = [step.compute({**v, "dispatch_sms": n})[1] for n in (0, 128)]
+    seconds = [float(note.split("**")[1].split()[0]) for note in notes]
+    assert seconds[1] < 0.9 * seconds[0]
+    from calculators.specs.errors import ConfigError
+    with pytest.raises(ConfigError, match="parallel.dispatch_sms=3 must be even"):
+        step.compute({**v, "dispatch_sms": 3})         # the widget shows a ConfigError's message
+
+
 def test_an_upload_event_given_a_server_path_reads_nothing(demo):
     """The config.json upload hands its handler a path: one a client names (not one it uploaded)
     is refused by Gradio before the handler runs, so no server file reaches the page."""
