@@ -115,7 +115,8 @@ class ParallelConfig:
                                   "elementwise": ELEMENTWISE_KERNELS,
                                   "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES,
                                   "fp8_recipe": FP8_RECIPES, "fp8_weights": FP8_WEIGHTS})
-        require(p, self.dispatcher != "deepep" or type(self.dispatch_sms) is not int or self.dispatch_sms % 2 == 0,
+        in_range = type(self.dispatch_sms) is int and 0 <= self.dispatch_sms <= limits.PARALLEL["dispatch_sms"][1]
+        require(p, self.dispatcher != "deepep" or not in_range or self.dispatch_sms % 2 == 0,
                 lambda: f"parallel.dispatch_sms={self.dispatch_sms} must be even with dispatcher deepep: DeepEP runs "
                 "a channel on each pair of SMs (its intranode kernel asserts an even count)")
         require(p, recompute_valid(self.recompute),

@@ -88,7 +88,7 @@ def nic_share(dispatcher: str, nodes: int) -> float:
     4 and 8 (which the profile's ep_dispatch stands for): linear in the node count between the
     measured 2, 4 and 8, held past 8, never above 1."""
     if dispatcher == "deepep":
-        logical = dict(DEEPEP_RDMA)
+        logical = DEEPEP_RDMA
     elif dispatcher == "hybridep":
         logical = {n: 2 / (1 / d + 1 / c) for n, (d, c) in HYBRIDEP_RDMA.items()}
     else:
