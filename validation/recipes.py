@@ -59,6 +59,13 @@ def dispatcher(settings: str) -> str:
     return "hybridep" if "hybridep" in text else "deepep" if "deepep" in text else "alltoall"
 
 
+def async_tp(settings: str) -> bool:
+    """Whether a PyTorch-native row runs async TP (torchtitan's enable_async_tensor_parallel: each
+    all-gather and reduce-scatter of TP split by rank and pipelined with its matmul, costed as
+    tp_overlap); "vanilla TP" is the plain one."""
+    return re.search(r"(^|[;,]\s*)async TP\b", settings) is not None
+
+
 def dispatch_sms(settings: str) -> int:
     """The SMs a row gives DeepEP's kernels (num_sms=N); 0: the default."""
     found = re.search(r"num_sms\s*=\s*(\d+)", settings)

@@ -30,6 +30,7 @@ from calculators.specs.parallel import ParallelConfig, check_layout
 from calculators.specs.recompute import SAC_WITH_ATTENTION, modules
 from validation import recipes
 from validation.conventions import tokens_from_tflops
+from validation.gpus import PEAK_BOUND, VALIDATION_GPUS, at_peak
 from calculators.specs.presets import MODEL_PRESETS, model_from_name
 from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step
@@ -110,7 +111,7 @@ def _run(line: int, row: dict) -> Run:
     if framework is None:
         raise ValueError(f"framework {row['framework']!r} is not one the calculators model")
     gpu_name = row["gpu"].strip()
-    gpu = GPU_PRESETS.get(gpu_name)
+    gpu = GPU_PRESETS.get(gpu_name) or VALIDATION_GPUS.get(gpu_name)
     if gpu is None:
         raise ValueError(f"gpu {gpu_name!r} is not a preset")
     model = _model(row)
@@ -123,9 +124,16 @@ def _run(line: int, row: dict) -> Run:
     mbs, seq = _int(row, "mbs", 1), _int(row, "seq")
     gbs = _int(row, "gbs", dp * mbs)
     recompute = _recompute(row["recompute"])
+    zero = _int(row, "zero", 3 if framework == "fsdp2" else 1)
+    if row["framework"].strip().lower() == "torchtitan" and pp > 1 and zero == 3:
+        # torchtitan's FSDP under a pipeline keeps each stage's gathered weights through its micro-
+        # batches (reshard_after_forward False, "to avoid per-microbatch all-gathers": its
+        # parallelize_llama.py since 2024, distributed/fsdp.py's "default" policy now): ZeRO-2 here
+        zero = 2
     par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,
-                         seq=seq, zero=_int(row, "zero", 3 if framework == "fsdp2" else 1), sp=tp > 1,
-                         tp_overlap=framework == "megatron" and tp > 1, recompute=recompute or "none",
+                         seq=seq, zero=zero, sp=tp > 1,
+                         tp_overlap=tp > 1 and (framework == "megatron" or recipes.async_tp(row["other_settings"])),
+                         recompute=recompute or "none",
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"), **recipes.knobs(row))
@@ -280,6 +288,25 @@ def readme_block(scored: list[Scored]) -> str:
     return "\n".join(lines)
 
 
+def peak_bound(scored: list[Scored]) -> dict:
+    """{(source, GPU): (runs, median |error| at the bound's low peak, at the taken one, at its high
+    one)} for runs on a GPU whose peak the source only bounds (validation.gpus.PEAK_BOUND)."""
+    groups = {}
+    for s in scored:
+        gpu = s.run.cluster.gpu
+        if s.error is not None and gpu.name in PEAK_BOUND:
+            groups.setdefault((s.run.source, gpu.name), []).append(s)
+    out = {}
+    for (source, name), group in groups.items():
+        ends = []
+        for peak in PEAK_BOUND[name]:
+            moved = [score(replace(s.run, cluster=replace(s.run.cluster, gpu=at_peak(s.run.cluster.gpu, peak))))
+                     for s in group]
+            ends.append(statistics.median(abs(m.error) for m in moved if m.error is not None))
+        out[(source, name)] = (len(group), ends[0], statistics.median(abs(s.error) for s in group), ends[1])
+    return out
+
+
 def main() -> None:
     runs, skipped = load()
     scored = [score(r) for r in runs]
@@ -303,6 +330,10 @@ def main() -> None:
         for k, (n, med, p90, signed, g40, g50) in sorted(summary(scored, key).items()):
             print(f"  {k}: {n} runs, median {med:.1%}, p90 {p90:.1%}, signed {signed:+.1%}; "
                   f"constant MFU 40% {g40:.1%}, 50% {g50:.1%}")
+    print("\nruns on a GPU whose peak the source only bounds (validation/gpus.py), median |error| at the low "
+          "end, at the peak taken, at the high end:")
+    for (source, name), (n, low, mid, high) in sorted(peak_bound(scored).items()):
+        print(f"  {source} on {name}: {n} runs, {low:.1%} / {mid:.1%} / {high:.1%}")
     print("\nmemory, median |predicted/measured - 1| by framework:")
     for k, (n, med) in sorted(memory_summary(scored).items()):
         print(f"  {k}: {n} runs, {med:.1%}")
