@@ -334,6 +334,22 @@ def tp_backward_overlapped(framework: str) -> bool:
     return framework in ("megatron", "nanotron")
 
 
+def tp_overlap_backward(framework: str) -> bool:
+    """Whether tp_overlap pipelines the backward's own TP collectives with GEMMs too. Megatron
+    (Transformer Engine's userbuffers) overlaps every TP collective of the layer. torchtitan's
+    async TP (fsdp2) is Inductor's micro-pipeline pass (torch/_inductor/fx_passes/micro_pipeline_tp.py):
+    it fuses an all-gather with the matmuls that take its result as left operand, and a
+    reduce-scatter only with the one matmul whose output it scatters. The forward (and a recomputed
+    forward) is those patterns. In the backward the input gradient of the column-parallel group is
+    a sum of matmuls (wq, wk, wv; w1, w3) before its reduce-scatter, which the pass leaves alone; the
+    row-parallel linears' gathered output gradient is fused with the input-gradient matmul, but
+    torchtitan's own vanilla/async pairs show no gain from it: counting those all-gathers as hidden
+    puts every pair's async gain at about twice the measured one (8B and 70B on 64 and 256 H100,
+    bf16 and float8, validation.stacks), counting the backward as without tp_overlap within a few
+    points. So the backward's own collectives wait as without it."""
+    return framework != "fsdp2"
+
+
 # nanotron's GEMMs inside a training step run at 0.59 of the H100's dense peak: what `benchmarks
 # calibrate` fits to its one-node Ultra-Scale Playbook runs (fitted; the mechanism is not
 # established). The GPU's own rate, the profile's gemm_fraction, is what a large GEMM sustains at

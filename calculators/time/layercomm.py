@@ -4,10 +4,11 @@ mechanism below decides it):
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
   and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
-  as the GEMMs last). Without it, Megatron's and nanotron's column-parallel linears all-gather
-  their saved input shard again in backward beside the input-gradient GEMM and reduce-scatter that
-  gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped): two more
-  all-gathers per layer, each collective hidden as far as its GEMM lasts.
+  as the GEMMs last; torchtitan's async TP pipelines the forward's only,
+  frameworks.tp_overlap_backward). Without it, Megatron's and nanotron's column-parallel linears
+  all-gather their saved input shard again in backward beside the input-gradient GEMM and
+  reduce-scatter that gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped):
+  two more all-gathers per layer, each collective hidden as far as its GEMM lasts.
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - offload (parallel.offload_layers): a layer's saved activations go to host memory during the next
   layer's forward and come back during the previous one's backward (Transformer Engine's CPU
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from ..memory.activations import BF16, saved_per_layer, tokens
 from ..memory.offload import offload_parts, reload_split
-from ..specs.frameworks import tp_backward_overlapped
+from ..specs.frameworks import tp_backward_overlapped, tp_overlap_backward
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
 from .dispatch import default_sms
@@ -54,6 +55,10 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
         hidden = tp_hidden(par, 2 * one, gemm_time, profile)
         out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)
+        if par.tp_overlap and not tp_overlap_backward(par.framework):
+            # only the forward's collectives, and a recomputed forward's, pipeline with their GEMMs
+            hid = again * hidden + profile.overlap["tp"]
+            out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hid / (1 + again))
         if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
             # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
             # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,

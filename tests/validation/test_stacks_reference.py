@@ -54,7 +54,11 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     DeepEP on B200 (six runs, +19 to +27%, a known miss) and its DeepSeek-V3 on 512 H100 with EP 32
     across nodes (+28% with DeepEP, +53% with the all-to-all) added: 20%. DeepEP's intranode kernels on
     Blackwell at their measured SM-bound rate (dispatch.py; torchtitan's on 128 SMs, Megatron's on 20),
-    HybridEP kept on the link model: torchtitan's DeepEP runs +10 to +18%, 19%."""
+    HybridEP kept on the link model: torchtitan's DeepEP runs +10 to +18%, 19%. torchtitan's own
+    benchmarks on Meta's 500 W H100s (33 runs, validation/gpus.py) read, its async TP costed as
+    torchtitan runs it (forward only, frameworks.tp_overlap_backward) and its pipelines with their
+    default micro-batches and FSDP's weights kept through them: 20% (its context-parallel runs,
+    +13 to +68%, are the new misses above 20%)."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
     assert n >= 300 and median <= 0.05 and p90 <= 0.25 and abs(signed) <= 0.05
@@ -252,3 +256,40 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     before = [today[s.run.line] for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     assert len(check) == 6 and max(check) < 0.21 and max(before) > 0.23
+
+
+def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypatch):
+    """torchtitan's vanilla/async TP pairs (70B on 256 and 8B on 64 H100, bf16 and float8): async
+    TP hides the forward's TP collectives only (frameworks.tp_overlap_backward). Each pair's
+    predicted gain is nearer the measured one than if the backward's were pipelined too, as
+    Transformer Engine's are, which put each gain at about twice the measured."""
+    import calculators.time.layercomm as layercomm
+    rows, _ = scored
+    runs = {(s.run.source, s.run.model.name, s.run.par.precision, s.run.par.fp8_recipe, s.run.par.tp_overlap,
+             s.run.measured): s for s in rows if s.run.source == "torchtitan-asynctp-2025-06"}
+    pairs = [(v, a) for v in runs.values() for a in runs.values()
+             if not v.run.par.tp_overlap and a.run.par.tp_overlap and v.run.model.name == a.run.model.name
+             and v.run.par.precision == a.run.par.precision and v.run.par.fp8_recipe == a.run.par.fp8_recipe
+             and v.run.line + 1 == a.run.line]
+    assert len(pairs) == 6
+    monkeypatch.setattr(layercomm, "tp_overlap_backward", lambda framework: True)
+    for vanilla, fused in pairs:
+        measured = fused.run.measured / vanilla.run.measured
+        ours = fused.predicted / vanilla.predicted
+        pipelined = score(fused.run).predicted / vanilla.predicted
+        assert 1.0 < ours < pipelined and abs(ours - measured) < abs(pipelined - measured), (fused.run.line, ours)
+
+
+def test_runs_on_a_gpu_the_source_only_bounds_say_what_the_bound_moves(scored):
+    """Meta's 500 W H100s (torchtitan's benchmarks): read as a custom GPU at the midpoint of the
+    peak its source bounds (validation/gpus.py), and scored at both ends too: every source on it
+    stays within 21% at the median across the bound."""
+    from validation.stacks import peak_bound
+    rows, _ = scored
+    on_it = [s for s in rows if s.run.cluster.gpu.name == "H100-96GB-500W"]
+    assert len(on_it) == 33 and all(s.predicted for s in on_it)
+    bounds = peak_bound(rows)
+    assert {source for source, _ in bounds} == {"torchtitan-bench-2024-12", "torchtitan-asynctp-2025-06",
+                                                "torchtitan-perf-2024-08"}
+    for (source, _), (n, low, mid, high) in bounds.items():
+        assert max(low, mid, high) <= 0.21 and low != high, source
