@@ -49,6 +49,26 @@ def quantized_weight_bytes(par, blackwell: bool) -> float:
     return 1.0 if blackwell or (par.zero >= 2 and fp8_weights(par) == "fp8") else 2.0
 
 
+def tp_gather_bytes(par) -> float:
+    """Bytes per element of sequence parallelism's all-gathers (the column-parallel linears' input
+    forward, the row-parallel linears' output gradient backward); its reduce-scatters stay bf16.
+    With FP8 both frameworks quantize before gathering:
+    - megatron: Transformer Engine quantizes the norm output, then all-gathers the FP8 data
+      (module/layernorm_linear.py, gather_along_first_dim with the input quantizer, through NCCL
+      or userbuffers), and the output gradient likewise with its quantizer: 1 byte, plus MXFP8's
+      8-bit scale per 32 elements or blockwise's fp32 scale per 128;
+    - fsdp2: torchtitan's float8 TP is torchao's Float8ColwiseParallel, Float8RowwiseParallel and
+      PrepareFloat8ModuleInput (torchao/float8/float8_tensor_parallel.py, tensorwise scaling, the
+      recipe torchtitan gathers in float8): the input cast to float8 before its all-gather, the
+      output gradient cast before the all-gather that is its redistribution's backward: 1 byte.
+    2 (bf16) otherwise."""
+    if par.precision != "fp8" or par.framework not in ("megatron", "fsdp2"):
+        return 2.0
+    if par.framework == "megatron":
+        return 1.0 + {"mxfp8": 1 / 32, "blockwise": 4 / 128}.get(fp8_recipe(par), 0.0)
+    return 1.0
+
+
 def fp8_weight_extra(par, blackwell: bool) -> float:
     """Bytes per parameter of Megatron's FP8 layers beyond the 2 of a bf16 weight: FP8 parameters'
     quantized bytes less 2, or bf16 parameters' cached FP8 copy (fp8_weights); 0 without FP8 weights."""

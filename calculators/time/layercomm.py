@@ -2,7 +2,8 @@
 (step.py puts them inside each pipeline op; profile.overlap gives the hidden fraction where no
 mechanism below decides it):
 - TP (with SP: all-gather + reduce-scatter of the (T, h) activations, twice per layer forward
-  and twice backward; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
+  and twice backward, the all-gathers in FP8 where the framework quantizes first,
+  fp8.tp_gather_bytes; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
   as the GEMMs last; torchtitan's async TP pipelines the forward's only,
   frameworks.tp_overlap_backward). Without it, Megatron's and nanotron's column-parallel linears
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from ..memory.activations import BF16, saved_per_layer, tokens
 from ..memory.offload import offload_parts, reload_split
+from ..specs.fp8 import tp_gather_bytes
 from ..specs.frameworks import tp_backward_overlapped, tp_overlap_backward
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
@@ -51,7 +53,8 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
     if par.tp > 1:
         g = group("tp", par, cluster)
         if par.sp:
-            ag, rs = (collective_time(op, act, g, cluster, profile) for op in ("all_gather", "reduce_scatter"))
+            ag = collective_time("all_gather", act * tp_gather_bytes(par) / BF16, g, cluster, profile)
+            rs = collective_time("reduce_scatter", act, g, cluster, profile)
         one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
         hidden = tp_hidden(par, 2 * one, gemm_time, profile)
         out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)

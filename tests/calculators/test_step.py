@@ -237,6 +237,35 @@ def test_column_parallel_backward_gathers_again_and_hides_behind_its_gemms():
         assert (exposed < exposed_plain) if nodes == 1 else (exposed > exposed_plain)
 
 
+def test_fp8_tp_gathers_go_in_fp8_and_async_tp_pipelines_the_forward_only():
+    """With FP8, Transformer Engine (Megatron) and torchao's float8 TP (torchtitan) quantize before
+    sequence parallelism's all-gathers: those move a byte an element (MXFP8 a scale per 32 more),
+    the reduce-scatters stay bf16; bf16 and DeepSpeed gather bf16. torchtitan's async TP hides the
+    forward's collectives and a recomputed forward's; the backward's wait as without it, where
+    Megatron's pipeline too."""
+    from calculators.memory.activations import tokens
+    from calculators.specs.fp8 import tp_gather_bytes
+    from calculators.time.comm import collective_time, group
+    from calculators.time.layercomm import layer_comm as _layer_comm
+    cluster = ClusterSpec(H100, nodes=1)
+    base = ParallelConfig(tp=8, sp=True, mbs=2, gbs=64, seq=4096, dp=1, precision="fp8")
+    assert tp_gather_bytes(base) == 1.0 and tp_gather_bytes(replace(base, fp8_recipe="mxfp8")) == 1 + 1 / 32
+    assert tp_gather_bytes(replace(base, framework="fsdp2")) == 1.0
+    assert tp_gather_bytes(replace(base, precision="bf16")) == 2.0
+    assert tp_gather_bytes(replace(base, framework="deepspeed", sp=False)) == 2.0
+    act, g = 2 * tokens(base) * L8B.hidden, group("tp", base, cluster)
+    ag, rs = collective_time("all_gather", act / 2, g, cluster, PROF), collective_time("reduce_scatter", act, g,
+                                                                                      cluster, PROF)
+    lt = layer_time(L8B, base, False, H100, PROF)
+    assert _layer_comm(L8B, base, cluster, PROF, False, lt)["tp"][0] == pytest.approx(2 * (ag + rs))
+    for recompute, again in (("none", 0.0), ("full", 1.0)):
+        titan = replace(base, framework="fsdp2", tp_overlap=True, recompute=recompute)
+        mega = replace(base, tp_overlap=True, recompute=recompute)
+        _, _, hf, hb = _layer_comm(L8B, titan, cluster, PROF, False, layer_time(L8B, titan, False, H100, PROF))["tp"]
+        _, _, mf, mb = _layer_comm(L8B, mega, cluster, PROF, False, layer_time(L8B, mega, False, H100, PROF))["tp"]
+        assert hf > 0 and hb == pytest.approx((again * hf + PROF.overlap["tp"]) / (1 + again)) and mb == mf
+
+
 def test_megatron_interleaved_sends_do_not_hold_their_sender():
     """Megatron's training arguments default overlap_p2p_comm to true and switch it off for every
     schedule but the interleaved one: there the sends run beside compute, elsewhere (and in
