@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks import results
 from calculators.specs.errors import ConfigError
+from calculators.specs.hardware import GPU_PRESETS
 from calculators.time.flops import model_flops_per_token
 from calculators.scenario import evaluate
 from validation import published
@@ -49,7 +50,10 @@ def _scenario(run) -> dict:
     model.pop("source")
     par = dataclasses.asdict(run.par)
     par["split"], par["recompute_ranks"] = list(par["split"]), list(par["recompute_ranks"])
-    return {"model": model, "hardware": {"gpu": run.cluster.gpu.name, "nodes": run.cluster.nodes,
+    gpu = run.cluster.gpu
+    # a GPU the product has no preset for (validation.gpus) goes as the custom GPU object it is
+    gpu = gpu.name if gpu.name in GPU_PRESETS else dataclasses.asdict(gpu)
+    return {"model": model, "hardware": {"gpu": gpu, "nodes": run.cluster.nodes,
                                          "gpus_per_node": run.cluster.gpus_per_node}, "parallel": par}
 
 
