@@ -34,4 +34,6 @@ VALIDATION_GPUS: dict[str, GPUSpec] = {"H100-96GB-500W": _grand_teton(sum(PEAK_B
 
 def at_peak(gpu: GPUSpec, bf16: float) -> GPUSpec:
     """The same GPU at another bf16 peak (FP8 twice it): for scoring a run across PEAK_BOUND."""
-    return _grand_teton(bf16) if gpu.name == "H100-96GB-500W" else gpu
+    if gpu.name != "H100-96GB-500W":
+        raise ValueError(f"{gpu.name}: its peak is not one a source only bounds (PEAK_BOUND)")
+    return _grand_teton(bf16)

@@ -126,8 +126,8 @@ def _run(line: int, row: dict) -> Run:
     recompute = _recompute(row["recompute"])
     zero = _int(row, "zero", 3 if framework == "fsdp2" else 1)
     if row["framework"].strip().lower() == "torchtitan" and pp > 1 and zero == 3:
-        # torchtitan's FSDP under a pipeline keeps each stage's gathered weights through its micro-
-        # batches (reshard_after_forward False, "to avoid per-microbatch all-gathers": its
+        # torchtitan's FSDP under a pipeline keeps a micro-batch's gathered weights from its forward
+        # to its backward (reshard_after_forward False, "to avoid per-microbatch all-gathers": its
         # parallelize_llama.py since 2024, distributed/fsdp.py's "default" policy now): ZeRO-2 here
         zero = 2
     par = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=_int(row, "etp", 0), vpp=vpp, mbs=mbs, gbs=gbs,

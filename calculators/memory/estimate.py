@@ -32,7 +32,7 @@ from functools import lru_cache
 from . import activations as act
 from .offload import kept_on_gpu, offload_bytes
 from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
-from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, retained_buffers
+from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, pipeline_grad_bytes, retained_buffers
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split
@@ -215,6 +215,8 @@ class _Context:
         self.model, self.par = model, par
         layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
                                  master_dtype(par))
+        if pipeline_grad_bytes(par):     # FSDP2 under a pipeline: unsharded until the last micro-batch
+            layout = {**layout, "grads": (pipeline_grad_bytes(par), 0.0)}
         dense_shard = par.dp * par.cp
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
         # bytes per parameter by role, for dense and for expert parameters

@@ -58,10 +58,12 @@ def tp_gather_bytes(par) -> float:
       or userbuffers), and the output gradient likewise with its quantizer: 1 byte, plus MXFP8's
       8-bit scale per 32 elements or blockwise's fp32 scale per 128;
     - fsdp2: torchtitan's float8 TP is torchao's Float8ColwiseParallel, Float8RowwiseParallel and
-      PrepareFloat8ModuleInput (torchao/float8/float8_tensor_parallel.py, tensorwise scaling, the
-      recipe torchtitan gathers in float8): the input cast to float8 before its all-gather, the
-      output gradient cast before the all-gather that is its redistribution's backward: 1 byte.
-    2 (bf16) otherwise."""
+      PrepareFloat8ModuleInput (torchao/float8/float8_tensor_parallel.py): the input cast to float8
+      before its all-gather, the output gradient cast before the all-gather that is its
+      redistribution's backward: 1 byte. torchtitan uses them with tensorwise scaling only, the
+      recipe fsdp2's FP8 stands for here (its float8 default); rowwise runs gather bf16.
+    2 (bf16) otherwise. Not modelled: with tp_overlap, NVIDIA's FP8 userbuffers configurations also
+    write the forward's reduce-scatters in FP8 (fp8_buf on proj_fprop and fc2_fprop), mostly hidden."""
     if par.precision != "fp8" or par.framework not in ("megatron", "fsdp2"):
         return 2.0
     if par.framework == "megatron":

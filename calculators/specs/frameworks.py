@@ -122,6 +122,19 @@ def grad_reduce_bytes(par) -> int:
     return 4 if grad_dtype(par) == "fp32" else 2
 
 
+def pipeline_grad_bytes(par) -> float:
+    """Bytes per parameter of the gradients FSDP2 holds unsharded under a pipeline: PyTorch's
+    pipeline stages run every micro-batch's backward but the last without gradient sync
+    (PipelineStage.backward_maybe_with_nosync sets FSDP's requires_gradient_sync off), so FSDP2
+    accumulates each stage's unsharded gradients in its reduce dtype (FSDPParam's
+    unsharded_accumulated_grad; fp32 by torchtitan's default) and reduce-scatters once per step:
+    grad_reduce_bytes. 0 where that does not apply (not fsdp2, no pipeline, one micro-batch, or
+    unsharded gradients anyway at ZeRO 0/1)."""
+    if par.framework != "fsdp2" or par.pp == 1 or par.microbatches == 1 or par.zero < 2:
+        return 0.0
+    return float(grad_reduce_bytes(par))
+
+
 def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "",
                     moments: str = "", master: str = "fp32") -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
@@ -334,20 +347,23 @@ def tp_backward_overlapped(framework: str) -> bool:
     return framework in ("megatron", "nanotron")
 
 
-def tp_overlap_backward(framework: str) -> bool:
-    """Whether tp_overlap pipelines the backward's own TP collectives with GEMMs too. Megatron
-    (Transformer Engine's userbuffers) overlaps every TP collective of the layer. torchtitan's
-    async TP (fsdp2) is Inductor's micro-pipeline pass (torch/_inductor/fx_passes/micro_pipeline_tp.py):
-    it fuses an all-gather with the matmuls that take its result as left operand, and a
-    reduce-scatter only with the one matmul whose output it scatters. The forward (and a recomputed
-    forward) is those patterns. In the backward the input gradient of the column-parallel group is
-    a sum of matmuls (wq, wk, wv; w1, w3) before its reduce-scatter, which the pass leaves alone; the
-    row-parallel linears' gathered output gradient is fused with the input-gradient matmul, but
-    torchtitan's own vanilla/async pairs show no gain from it: counting those all-gathers as hidden
-    puts every pair's async gain at about twice the measured one (8B and 70B on 64 and 256 H100,
-    bf16 and float8, validation.stacks), counting the backward as without tp_overlap within a few
-    points. So the backward's own collectives wait as without it."""
-    return framework != "fsdp2"
+def tp_pipelining(framework: str) -> str:
+    """What tp_overlap pipelines with GEMMs in each framework: "both" directions (Megatron:
+    Transformer Engine's userbuffers overlap every TP collective of the layer), "forward" (fsdp2:
+    torchtitan's async TP), or "" (DeepSpeed and nanotron have no such path: tp_overlap changes
+    nothing there, and check_layout says so).
+
+    torchtitan's async TP is Inductor's micro-pipeline pass (torch/_inductor/fx_passes/
+    micro_pipeline_tp.py): it fuses an all-gather with the matmuls that take its result as left
+    operand, and a reduce-scatter only with the one matmul whose output it scatters. The forward
+    (and a recomputed forward) is those patterns. In the backward the input gradient of the
+    column-parallel group is a sum of matmuls (wq, wk, wv; w1, w3) before its reduce-scatter, which
+    the pass leaves alone. The row-parallel linears' gathered output gradient is fused with the
+    input-gradient matmul, but counting those all-gathers as hidden puts each of torchtitan's own
+    vanilla/async pairs at about twice its measured gain (8B and 70B on 64 and 256 H100, bf16 and
+    float8 tensorwise, validation.stacks), counting the backward as without tp_overlap within a few
+    points: the rule follows the measurements there, not the pass alone."""
+    return {"megatron": "both", "fsdp2": "forward"}.get(framework, "")
 
 
 # nanotron's GEMMs inside a training step run at 0.59 of the H100's dense peak: what `benchmarks

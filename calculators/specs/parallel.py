@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
-from .frameworks import MAX_ZERO_WITH_PP, runs
+from .frameworks import MAX_ZERO_WITH_PP, runs, tp_pipelining
 from .knob_checks import check_megatron_knobs
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
@@ -299,6 +299,9 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if par.tp_overlap and t > 1:
         require(p, par.sp, "tp_overlap pipelines the all-gathers and reduce-scatters of sequence parallelism "
                 "with their GEMMs (Transformer Engine's userbuffers): set sp=true, or tp_overlap=false")
+    if par.tp_overlap and t > 1 and not tp_pipelining(par.framework):
+        w.append(f"tp_overlap: {par.framework} does not pipeline its TP collectives with their GEMMs "
+                 "(Megatron's userbuffers and torchtitan's async TP do): it changes nothing here")
     if t > 1 and not par.sp:
         w.append("tp > 1 without sequence parallelism: norms and dropout run on every TP rank and their "
                  "activations are replicated; set sp=true")

@@ -5,8 +5,8 @@ mechanism below decides it):
   and twice backward, the all-gathers in FP8 where the framework quantizes first,
   fp8.tp_gather_bytes; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
-  as the GEMMs last; torchtitan's async TP pipelines the forward's only,
-  frameworks.tp_overlap_backward). Without it, Megatron's and nanotron's column-parallel linears
+  as the GEMMs last; torchtitan's async TP the forward's only, DeepSpeed and nanotron
+  nothing: frameworks.tp_pipelining). Without it, Megatron's and nanotron's column-parallel linears
   all-gather their saved input shard again in backward beside the input-gradient GEMM and
   reduce-scatter that gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped):
   two more all-gathers per layer, each collective hidden as far as its GEMM lasts.
@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..memory.activations import BF16, saved_per_layer, tokens
 from ..memory.offload import offload_parts, reload_split
 from ..specs.fp8 import tp_gather_bytes
-from ..specs.frameworks import tp_backward_overlapped, tp_overlap_backward
+from ..specs.frameworks import tp_backward_overlapped, tp_pipelining
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
 from .dispatch import default_sms
@@ -58,7 +58,7 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         one = ag + rs if par.sp else collective_time("all_reduce", act, g, cluster, profile)
         hidden = tp_hidden(par, 2 * one, gemm_time, profile)
         out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)
-        if par.tp_overlap and not tp_overlap_backward(par.framework):
+        if par.tp_overlap and tp_pipelining(par.framework) == "forward":
             # only the forward's collectives, and a recomputed forward's, pipeline with their GEMMs
             hid = again * hidden + profile.overlap["tp"]
             out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hid / (1 + again))
@@ -164,7 +164,7 @@ def tp_hidden(par, comm: float, gemm: float, profile) -> float:
     under the GEMM on the chunk already there), one step in tp stays exposed and the rest hides
     only as far as the layer's GEMMs last (the forward's, the shorter; backward runs two).
     Without it, the profile's overlap["tp"] (0: the collective waits for its GEMM)."""
-    if not par.tp_overlap or comm <= 0:
+    if not par.tp_overlap or comm <= 0 or not tp_pipelining(par.framework):
         return profile.overlap["tp"]
     exposed = max(comm / par.tp, comm - gemm)
     return max(profile.overlap["tp"], 1 - exposed / comm)

@@ -264,6 +264,17 @@ def test_fp8_tp_gathers_go_in_fp8_and_async_tp_pipelines_the_forward_only():
         _, _, hf, hb = _layer_comm(L8B, titan, cluster, PROF, False, layer_time(L8B, titan, False, H100, PROF))["tp"]
         _, _, mf, mb = _layer_comm(L8B, mega, cluster, PROF, False, layer_time(L8B, mega, False, H100, PROF))["tp"]
         assert hf > 0 and hb == pytest.approx((again * hf + PROF.overlap["tp"]) / (1 + again)) and mb == mf
+        assert hb < mb
+    # Megatron without tp_overlap: the backward all-gathers its saved input shard again, in FP8 too
+    plain = replace(base, recompute="none")
+    _, bwd, _, _ = _layer_comm(L8B, plain, cluster, PROF, False, lt)["tp"]
+    assert bwd == pytest.approx(4 * ag + 2 * rs)
+    # DeepSpeed has no TP pipelining: tp_overlap changes nothing, and check_layout says so
+    ds = replace(base, framework="deepspeed", precision="bf16", zero=1)
+    ds_lt = layer_time(L8B, ds, False, H100, PROF)
+    assert _layer_comm(L8B, replace(ds, tp_overlap=True), cluster, PROF, False, ds_lt)["tp"] == \
+        _layer_comm(L8B, ds, cluster, PROF, False, ds_lt)["tp"]
+    assert any("tp_overlap" in w for w in check_layout(L8B, cluster, replace(ds, tp_overlap=True)))
 
 
 def test_megatron_interleaved_sends_do_not_hold_their_sender():
