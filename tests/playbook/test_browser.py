@@ -342,8 +342,10 @@ def test_a_plans_link_opens_the_step_widget_with_its_step_time(server, browser, 
     shown = opened.value
     problems += watch(shown)
     want = f"{best['time_s']:.2f} s per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+    # the appendix's widgets all compute as the new tab loads, on a 2-core CI machine behind the
+    # suite's earlier requests: 30 s proved short once; what is checked is the figure, not the wait
     shown.wait_for_function("(a) => document.getElementById(a[0])?.innerText.includes(a[1])",
-                            arg=[f"{plan_link.target()[1].wid}-note", want], timeout=30000)
+                            arg=[f"{plan_link.target()[1].wid}-note", want], timeout=90000)
     assert urllib.parse.urlparse(shown.url).path == "/" + plan_link.PAGE
     assert not problems, problems
 
