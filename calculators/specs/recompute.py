@@ -8,7 +8,8 @@ each framework says what its "selective" is:
 | none        | none      | everything autograd saves             | nothing                  |
 | core_attn   | core_attn | everything but the attention scores   | the attention core's forward |
 | op_sac      | op_sac    | the layer's input, every other matmul's output, the attention's | the other matmuls, |
-|             |           | output and log-sum-exp, collectives' outputs | every element-wise op |
+|             |           | output and log-sum-exp, reduce-scatters' and | every element-wise op, |
+|             |           | all-to-alls' outputs                  | TP's all-gathers         |
 | op_sac+core_attn | op_sac | as op_sac, less the attention's output and | as op_sac, and |
 |             |           | log-sum-exp                           | the attention core       |
 | full        | full      | the layer's input                     | the layer's forward      |

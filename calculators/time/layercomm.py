@@ -62,6 +62,12 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
             # only the forward's collectives, and a recomputed forward's, pipeline with their GEMMs
             hid = again * hidden + profile.overlap["tp"]
             out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hid / (1 + again))
+        if par.sp and kind == "op_sac" and par.framework == "fsdp2":
+            # torchtitan's op-level SAC saves the reduce-scatters' outputs but not the all-gathers'
+            # (its save list): the backward gathers each column-parallel group's input again for
+            # its weight gradient, as the B operand of that matmul, which async TP does not fuse
+            f, b, hf, hb = out["tp"]
+            out["tp"] = (f, b + 2 * ag, hf, (b * hb + 2 * ag * profile.overlap["tp"]) / (b + 2 * ag))
         if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):
             # backward: the row-parallel linears' gradient all-gathers stay exposed; each column-
             # parallel group all-gathers its saved input shard again beside its input-gradient GEMM,

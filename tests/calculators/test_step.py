@@ -265,6 +265,13 @@ def test_fp8_tp_gathers_go_in_fp8_and_async_tp_pipelines_the_forward_only():
         _, _, mf, mb = _layer_comm(L8B, mega, cluster, PROF, False, layer_time(L8B, mega, False, H100, PROF))["tp"]
         assert hf > 0 and hb == pytest.approx((again * hf + PROF.overlap["tp"]) / (1 + again)) and mb == mf
         assert hb < mb
+    # torchtitan's op-level SAC saves no all-gather's output: the backward gathers the inputs again
+    sac = replace(base, framework="fsdp2", recompute="op_sac")
+    sac_lt = layer_time(L8B, sac, False, H100, PROF)
+    plain_titan = replace(sac, recompute="none")
+    _, b_sac, _, _ = _layer_comm(L8B, sac, cluster, PROF, False, sac_lt)["tp"]
+    _, b_none, _, _ = _layer_comm(L8B, plain_titan, cluster, PROF, False, sac_lt)["tp"]
+    assert b_sac == pytest.approx(b_none + 2 * ag)
     # Megatron without tp_overlap: the backward all-gathers its saved input shard again, in FP8 too
     plain = replace(base, recompute="none")
     _, bwd, _, _ = _layer_comm(L8B, plain, cluster, PROF, False, lt)["tp"]
