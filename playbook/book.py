@@ -100,29 +100,34 @@ def find_widget(chapters, slug: str, name: str) -> tuple[Chapter, str, dict]:
 
 
 def _render(folder: Path) -> tuple[Chapter, ...]:
-    out = [parse(p.read_text(), str(p.name)) for p in sorted(folder.glob("*.md"))]
+    out = [_render_one(p) for p in sorted(folder.glob("*.md"))]
     return tuple(sorted(out, key=lambda c: c.order))
 
 
-_ahead = None                                     # the chapters being rendered by render_ahead's process
+def _render_one(path: Path) -> Chapter:
+    return parse(path.read_text(), str(path.name))
+
+
+_ahead = None                                     # the chapters being rendered by render_ahead's processes
 
 
 def render_ahead() -> None:
-    """Start rendering the chapters in a forked process, so that the app can import Gradio and
-    build its pages meanwhile on another core: one chapter's number is a planner search, seconds
-    of one core. chapters() takes the result; where fork is missing, chapters() renders as usual."""
+    """Start rendering the chapters in two forked processes, a chapter at a time to whichever is
+    free, so that the app imports Gradio and builds its pages meanwhile: a chapter's numbers
+    include planner searches, seconds of one core, and the rendering is the longest part of a
+    start. chapters() takes the results; where fork is missing, chapters() renders as usual."""
     global _ahead
     if _ahead is None and "fork" in multiprocessing.get_all_start_methods():
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-        _ahead = pool, pool.submit(_render, CHAPTERS)
+        pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+        _ahead = pool, [pool.submit(_render_one, p) for p in sorted(CHAPTERS.glob("*.md"))]
 
 
 @lru_cache(maxsize=1)
 def chapters(folder: Path = CHAPTERS) -> tuple[Chapter, ...]:
     if folder == CHAPTERS and _ahead is not None:
         pool, rendered = _ahead
-        failed = rendered.exception()             # waits for it
+        failed = [r.exception() for r in rendered]  # waits for them
         pool.shutdown()
-        if failed is None:
-            return rendered.result()
+        if not any(failed):
+            return tuple(sorted((r.result() for r in rendered), key=lambda c: c.order))
     return _render(folder)                        # a failure ahead fails here again, with its message

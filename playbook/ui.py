@@ -8,6 +8,8 @@ config, 1.3 to 1.4 times as late: the frontend walks all of them before drawing 
 chapter has an address of its own."""
 from __future__ import annotations
 
+import contextlib
+
 import gradio as gr
 
 from playbook import book
@@ -34,13 +36,35 @@ def build(demo: gr.Blocks) -> list:
     chapters = book.chapters()
     slugs = [c.slug for c in chapters]
     widgets = []
-    with demo:
-        gr.Markdown(INTRO)
-        widgets += _chapter(demo, chapters[0], nav_name(chapters[0]), slugs)
-    for ch in chapters[1:]:
+    pages = chapters[1:]
+    with _deferred_app(demo) if pages else contextlib.nullcontext():
+        with demo:
+            gr.Markdown(INTRO)
+            widgets += _chapter(demo, chapters[0], nav_name(chapters[0]), slugs)
+        for ch in pages[:-1]:
+            with demo.route(nav_name(ch), ch.slug):
+                widgets += _chapter(demo, ch, nav_name(chapters[0]), slugs)
+    for ch in pages[-1:]:                       # this exit builds the config and the app, once
         with demo.route(nav_name(ch), ch.slug):
             widgets += _chapter(demo, ch, nav_name(chapters[0]), slugs)
     return widgets
+
+
+@contextlib.contextmanager
+def _deferred_app(demo: gr.Blocks):
+    """Gradio builds the page's config and a whole FastAPI app each time a `with demo` or
+    `with demo.route(...)` block exits (Blocks.__exit__), and launch() builds both again: with 14
+    pages that was 6 s of a 9 s start on a 2-core machine, all thrown away. Inside this block the
+    exits skip both; the last page's exit, outside it, builds them as Gradio would."""
+    import gradio.blocks as blocks
+    create_app = blocks.App.create_app
+    demo.get_config_file = lambda: {}
+    blocks.App.create_app = staticmethod(lambda *a, **k: None)
+    try:
+        yield
+    finally:
+        blocks.App.create_app = create_app
+        del demo.get_config_file
 
 
 def _chapter(demo: gr.Blocks, ch, home: str, slugs: list) -> list:
