@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -119,15 +120,19 @@ def render_ahead() -> None:
     global _ahead
     if _ahead is None and "fork" in multiprocessing.get_all_start_methods():
         pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
-        _ahead = pool, [pool.submit(_render_one, p) for p in sorted(CHAPTERS.glob("*.md"))]
+        paths = sorted(CHAPTERS.glob("*.md"))
+        _ahead = pool, [(p, pool.submit(_render_one, p)) for p in paths]
 
 
 @lru_cache(maxsize=1)
 def chapters(folder: Path = CHAPTERS) -> tuple[Chapter, ...]:
     if folder == CHAPTERS and _ahead is not None:
         pool, rendered = _ahead
-        failed = [r.exception() for r in rendered]  # waits for them
+        failed = [(path, future.exception()) for path, future in rendered]    # waits for them
         pool.shutdown()
-        if not any(failed):
-            return tuple(sorted((r.result() for r in rendered), key=lambda c: c.order))
-    return _render(folder)                        # a failure ahead fails here again, with its message
+        if not any(exc for _, exc in failed):
+            return tuple(sorted((future.result() for _, future in rendered), key=lambda c: c.order))
+        for path, exc in failed:
+            if exc is not None and not isinstance(exc, BrokenProcessPool):
+                _render_one(path)                 # the chapter that failed ahead fails here, with its message
+    return _render(folder)

@@ -9,6 +9,7 @@ chapter has an address of its own."""
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import gradio as gr
 
@@ -55,16 +56,22 @@ def _deferred_app(demo: gr.Blocks):
     """Gradio builds the page's config and a whole FastAPI app each time a `with demo` or
     `with demo.route(...)` block exits (Blocks.__exit__), and launch() builds both again: with 14
     pages that was 6 s of a 9 s start on a 2-core machine, all thrown away. Inside this block the
-    exits skip both; the last page's exit, outside it, builds them as Gradio would."""
+    exits of `demo` skip both (any other Blocks builds as usual); the last page's exit, outside it,
+    builds them as Gradio would. One build at a time (_DEFERRING)."""
     import gradio.blocks as blocks
-    create_app = blocks.App.create_app
-    demo.get_config_file = lambda: {}
-    blocks.App.create_app = staticmethod(lambda *a, **k: None)
-    try:
-        yield
-    finally:
-        blocks.App.create_app = create_app
-        del demo.get_config_file
+    original = blocks.App.__dict__["create_app"]            # the staticmethod itself, to put back
+    build_app = original.__func__
+    with _DEFERRING:
+        blocks.App.create_app = staticmethod(lambda b, *a, **k: None if b is demo else build_app(b, *a, **k))
+        demo.get_config_file = lambda: {}
+        try:
+            yield
+        finally:
+            blocks.App.create_app = original
+            del demo.get_config_file
+
+
+_DEFERRING = threading.Lock()
 
 
 def _chapter(demo: gr.Blocks, ch, home: str, slugs: list) -> list:

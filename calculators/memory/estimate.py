@@ -215,10 +215,13 @@ class _Context:
         self.model, self.par = model, par
         layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
                                  master_dtype(par))
-        if pipeline_grad_bytes(par):     # FSDP2 under a pipeline: unsharded until the last micro-batch
-            layout = {**layout, "grads": (pipeline_grad_bytes(par), 0.0)}
         dense_shard = par.dp * par.cp
         expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
+        # gradient bytes per parameter (dense, expert) between steps, once the last reduction is done
+        rep, sh = layout["grads"]
+        self.grads_between = (rep + sh / dense_shard, rep + sh / expert_shard)
+        if pipeline_grad_bytes(par):     # FSDP2 under a pipeline: unsharded until the last micro-batch
+            layout = {**layout, "grads": (pipeline_grad_bytes(par), 0.0)}
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
         # per layer kind, the FP8 layers' weight bytes beyond bf16's 2 (fp8_weight_extra), sharded as weights
@@ -282,15 +285,16 @@ class _Context:
                 dense += self.head
         role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
         role["weights"] += fp8
-        return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))]
+        between = dense * self.grads_between[0] + expert * self.grads_between[1]
+        return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))], between
 
     def _static_of(self, rank: int, layers) -> tuple:
         """_static of this rank, plus the sum of its bytes by role; computed once per kind of rank."""
         key = (rank == 0, rank == self.last_rank, len(layers), self.model.moe_layers_in(layers),
                self.par.rank_recompute(rank))
         if key not in self.statics:
-            role, params, saved, working, other = self._static(*key)
-            self.statics[key] = role, params, saved, working, other, sum(role.values())
+            role, params, saved, working, other, between = self._static(*key)
+            self.statics[key] = role, params, saved, working, other, sum(role.values()), between
         return self.statics[key]
 
     def _activations(self, rank: int, saved: float, working: float) -> float:
@@ -315,20 +319,22 @@ class _Context:
         return 2 * grads if self.ddp else grads
 
     def stage(self, rank: int, layers) -> StageMemory:
-        role, params, saved, working, other, fixed = self._static_of(rank, layers)
+        role, params, saved, working, other, fixed, between = self._static_of(rank, layers)
         activations = self._activations(rank, saved, working)
+        # between steps: the gradients as the last reduction leaves them (sharded again under a pipeline)
+        resident = fixed - role["grads"] + between
         return StageMemory(
             stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
             grads_gib=self._grads_at_peak(role["grads"], activations) / GIB, master_gib=role["master"] / GIB,
             optimizer_gib=role["optimizer"] / GIB, activations_gib=activations / GIB, other_gib=other / GIB,
-            resident_gib=(fixed + other) / GIB, grads_full_gib=self._grads_full(role["grads"]) / GIB)
+            resident_gib=(resident + other) / GIB, grads_full_gib=self._grads_full(between) / GIB)
 
     def totals_gib(self, ranks) -> list[float]:
         """Every rank's total GiB without building its StageMemory (the planner's fit test runs
         thousands of times per plan)."""
         out = []
         for rank, layers in enumerate(ranks):
-            role, _, saved, working, other, fixed = self._static_of(rank, layers)
+            role, _, saved, working, other, fixed, _ = self._static_of(rank, layers)
             activations = self._activations(rank, saved, working)
             fixed += self._grads_at_peak(role["grads"], activations) - role["grads"]
             out.append((fixed + activations + other) / GIB)

@@ -64,8 +64,9 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
             out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hid / (1 + again))
         if par.sp and kind == "op_sac" and par.framework == "fsdp2":
             # torchtitan's op-level SAC saves the reduce-scatters' outputs but not the all-gathers'
-            # (its save list): the backward gathers each column-parallel group's input again for
-            # its weight gradient, as the B operand of that matmul, which async TP does not fuse
+            # (its save list): the backward gathers each column-parallel group's input again. Async
+            # TP could fuse it with the recomputed matmuls that take it as left operand, but as with
+            # the backward's other gathers its measured pairs show no gain (tp_pipelining)
             f, b, hf, hb = out["tp"]
             out["tp"] = (f, b + 2 * ag, hf, (b * hb + 2 * ag * profile.overlap["tp"]) / (b + 2 * ag))
         if par.sp and not par.tp_overlap and tp_backward_overlapped(par.framework):

@@ -415,6 +415,9 @@ def test_fsdp2_under_a_pipeline_holds_unsharded_fp32_gradients_until_the_last_mi
     piped = ParallelConfig(dp=8, pp=2, zero=3, mbs=1, gbs=64, seq=4096, framework="fsdp2")
     stage = estimate_memory(model, cluster, piped).stages[0]
     assert stage.grads_gib == pytest.approx(4 * stage.params / GIB)
+    # the last micro-batch's reduce-scatter frees them: between steps each GPU keeps its shard
+    assert stage.grads_full_gib == pytest.approx(4 * stage.params / 8 / GIB)
+    assert stage.resident_gib < stage.weights_gib + stage.grads_gib + stage.master_gib + stage.optimizer_gib
     bf16 = estimate_memory(model, cluster, replace(piped, grad_dtype="bf16")).stages[0]
     assert bf16.grads_gib == pytest.approx(2 * bf16.params / GIB)
     once = estimate_memory(model, cluster, replace(piped, gbs=8)).stages[0]     # one micro-batch

@@ -296,3 +296,17 @@ def test_the_rooflines_attention_point_is_the_time_models(gpu, kernel):
     seconds = sum(attention_time(model, par, layout_attention(par, gpu), cluster.gpu, default_profile(gpu)))
     assert point["name"] == f"attention ({kernel})"
     assert point["y"][0] == pytest.approx(3.5 * 8192 * attention_flops(model, 8192, causal=True) / seconds / 1e12)
+
+
+def test_the_deferred_page_builds_leave_gradio_as_it_was(demo):
+    """ui._deferred_app lets only the last page's exit build the config and the FastAPI app: the
+    built app serves every chapter's page, Gradio's create_app is its staticmethod again, and the
+    config is the one Gradio computes."""
+    import inspect
+
+    import gradio.blocks as blocks
+    from playbook import book
+    assert isinstance(inspect.getattr_static(blocks.App, "create_app"), staticmethod)
+    assert "get_config_file" not in vars(demo) and demo.app is not None
+    assert {path for path, *_ in demo.pages} >= {c.slug for c in book.chapters()[1:]}
+    assert demo.config["page"].keys() == demo.get_config_file()["page"].keys()
