@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from . import limits
 from .errors import ConfigError, require
 from .validate import check_fields, show, whole_list
-from .frameworks import MAX_ZERO_WITH_PP, runs, tp_pipelining
+from .frameworks import MAX_ZERO_WITH_PP, runs
+from .overlap import tp_pipelining
 from .knob_checks import check_megatron_knobs
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec

@@ -8,7 +8,8 @@ import math
 
 from ..memory.activations import BF16
 from .comm import collective_time
-from ..specs.frameworks import grad_bucket_bytes, param_gather_count, param_gather_overlapped
+from ..specs.frameworks import grad_bucket_bytes, param_gather_count
+from ..specs.overlap import param_gather_overlapped
 
 def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     """(dense, expert) parameter tensors of one layer on one GPU: each weight matrix, the norms."""
@@ -24,7 +25,7 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
     compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
     all-gathers in its gather units (frameworks.py); every collective pays its latency. Where the
     framework overlaps those all-gathers with the next step's forward
-    (frameworks.param_gather_overlapped), all but the first unit hide behind the rank's forward of
+    (overlap.param_gather_overlapped), all but the first unit hide behind the rank's forward of
     its first micro-batch (`first_fwd`)."""
     sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
     for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):

@@ -6,9 +6,9 @@ mechanism below decides it):
   fp8.tp_gather_bytes; without SP: all-reduce) sits on the critical path unless parallel.tp_overlap
   pipelines it with its GEMMs (Megatron/TE userbuffers: all but one ring step in tp hides, as far
   as the GEMMs last; torchtitan's async TP the forward's only, DeepSpeed and nanotron
-  nothing: frameworks.tp_pipelining). Without it, Megatron's and nanotron's column-parallel linears
+  nothing: overlap.tp_pipelining). Without it, Megatron's and nanotron's column-parallel linears
   all-gather their saved input shard again in backward beside the input-gradient GEMM and
-  reduce-scatter that gradient beside the weight-gradient GEMM (frameworks.tp_backward_overlapped):
+  reduce-scatter that gradient beside the weight-gradient GEMM (overlap.tp_backward_overlapped):
   two more all-gathers per layer, each collective hidden as far as its GEMM lasts.
 - CP (ring attention): each rank sends its K and V around the ring while attention computes.
 - offload (parallel.offload_layers): a layer's saved activations go to host memory during the next
@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..memory.activations import BF16, saved_per_layer, tokens
 from ..memory.offload import offload_parts, reload_split
 from ..specs.fp8 import tp_gather_bytes
-from ..specs.frameworks import tp_backward_overlapped, tp_pipelining
+from ..specs.overlap import tp_backward_overlapped, tp_pipelining
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
 from .dispatch import default_sms

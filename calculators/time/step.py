@@ -17,12 +17,12 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward (the last
   micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
-  frameworks.grad_sync_windows); ZeRO-1/2 then
+  overlap.grad_sync_windows); ZeRO-1/2 then
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
   all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
   every micro-batch, prefetched behind compute.
 - PP: one p2p send of the (T, h) activation (or its gradient) per micro-batch per stage boundary;
-  it holds its sender except in Megatron's interleaved schedule (frameworks.p2p_overlapped).
+  it holds its sender except in Megatron's interleaved schedule (overlap.p2p_overlapped).
 
 MFU counts model FLOPs (flops.py, causal attention counted as half the square) against the
 dense bf16 peak; HFU adds recompute. Both are stated with their convention in `as_dict`.
@@ -39,8 +39,9 @@ from .compute import embedding_time, layer_time, memory_time, optimizer_time, ou
 from .dpsync import dp_sync, layer_tensors
 from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
-from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, grad_sync_windows,
-                                host_scale, optimizer_bytes, p2p_overlapped, shard_copy_bytes)
+from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, host_scale,
+                                optimizer_bytes, shard_copy_bytes)
+from ..specs.overlap import grad_sync_windows, p2p_overlapped
 from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers

@@ -288,7 +288,7 @@ def test_megatron_interleaved_sends_do_not_hold_their_sender():
     """Megatron's training arguments default overlap_p2p_comm to true and switch it off for every
     schedule but the interleaved one: there the sends run beside compute, elsewhere (and in
     nanotron) the sender waits for them."""
-    from calculators.specs.frameworks import p2p_overlapped
+    from calculators.specs.overlap import p2p_overlapped
     from calculators.time.step import stage_costs
     assert p2p_overlapped("megatron", "interleaved") and not p2p_overlapped("megatron", "1f1b")
     assert not p2p_overlapped("nanotron", "interleaved")
@@ -520,7 +520,7 @@ def test_megatron_syncs_each_interleaved_chunk_after_its_last_backward():
     """Megatron's interleaved schedule starts a model chunk's gradient sync when that chunk's last
     micro-batch backward ends (grad_sync_func per chunk), so all but the last chunk's sync hides
     behind the other chunks' cooldown backwards; elsewhere only behind the last micro-batch's."""
-    from calculators.specs.frameworks import grad_sync_windows
+    from calculators.specs.overlap import grad_sync_windows
     assert grad_sync_windows("megatron", "interleaved", 8, 4) == (1, 9, 17, 25)
     assert grad_sync_windows("megatron", "1f1b", 8, 1) == (1,) == grad_sync_windows("fsdp2", "interleaved", 8, 1)
     assert grad_sync_windows("nanotron", "interleaved", 8, 4) == (4,)

@@ -56,7 +56,7 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     Blackwell at their measured SM-bound rate (dispatch.py; torchtitan's on 128 SMs, Megatron's on 20),
     HybridEP kept on the link model: torchtitan's DeepEP runs +10 to +18%, 19%. torchtitan's own
     benchmarks on Meta's 500 W H100s (33 runs, validation/gpus.py) read, its async TP costed as
-    torchtitan runs it (forward only, frameworks.tp_pipelining) and its pipelines with their
+    torchtitan runs it (forward only, overlap.tp_pipelining) and its pipelines with their
     default micro-batches and FSDP's weights kept through them: 20% (its context-parallel runs,
     +13 to +68%, are the new misses above 20%)."""
     rows, _ = scored
@@ -261,7 +261,7 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
 def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypatch):
     """torchtitan's vanilla/async TP pairs (70B on 256 and 8B on 64 H100, bf16 and float8
     tensorwise; the rowwise pairs gather in bf16 and run other GEMMs, which fsdp2's FP8 does not
-    describe): async TP hides the forward's TP collectives only (frameworks.tp_pipelining). Each
+    describe): async TP hides the forward's TP collectives only (overlap.tp_pipelining). Each
     pair's predicted gain is nearer the measured one than if the backward's were pipelined too, as
     Transformer Engine's are, which put each gain at about twice the measured."""
     import csv
