@@ -163,12 +163,19 @@ def optimizer(row: dict) -> tuple[str, str, str]:
 
 
 def fp8_recipe(row: dict) -> str:
-    """Transformer Engine's FP8 recipe of a Megatron or NeMo row, as its fp8_recipe column names it
-    (mxfp8; te-current, Megatron-Bridge's FP8-CS, is per-tensor current scaling; blockwise); ""
-    (delayed, Megatron-LM's default and NeMo's hybrid recipe) where it is not stated."""
-    if row["framework"].strip().lower() not in ("megatron", "nemo") or row["precision"].strip().lower() != "fp8":
+    """The FP8 recipe of a row, as its fp8_recipe column names it. Megatron or NeMo: Transformer
+    Engine's (mxfp8; te-current, Megatron-Bridge's FP8-CS, is per-tensor current scaling; blockwise);
+    "" (delayed, Megatron-LM's default and NeMo's hybrid recipe) where it is not stated. torchtitan:
+    torchao's (rowwise, rowwise_with_gw_hp, mxfp8 where every linear runs it); "" (tensorwise, its
+    default) otherwise, and for MX runs that quantize only some GEMMs ("... only")."""
+    if row["precision"].strip().lower() != "fp8":
         return ""
     text = row["fp8_recipe"].lower()
+    if row["framework"].strip().lower() in ("torchtitan", "fsdp2"):
+        named = (text.split() or [""])[0].removeprefix("torchao-")       # the recipe leads, notes follow
+        return named if named in ("rowwise", "rowwise_with_gw_hp", "mxfp8") and "only" not in text else ""
+    if row["framework"].strip().lower() not in ("megatron", "nemo"):
+        return ""
     return next((recipe for words, recipe in (("mxfp8", "mxfp8"), ("te-current", "tensorwise"),
                                               ("blockwise", "blockwise"), ("delayed", "delayed")) if words in text), "")
 

@@ -248,7 +248,15 @@ def _torchtitan(model, cluster, par, _ref):
         components = '"model", "loss"' if loss_kernel(par) == "compiled" else '"model"'
         lines += ["", "[compile]", "enable = true", f"components = [{components}]"]
     if par.precision == "fp8":
-        lines += ["", "[model]", 'converters = ["float8"]']
+        # torchao's recipes (fp8.fp8_recipe): MX through torchtitan's mx converter; tensorwise with the
+        # float8 FSDP all-gather the calculators cost (fp8.param_gather_bytes); the output stays bf16
+        recipe = fp8_recipe(par)
+        section = "mx" if recipe == "mxfp8" else "float8"
+        lines += ["", "[model]", f'converters = ["{section}"]', "", f"[{section}]", 'filter_fqns = ["output"]']
+        if recipe == "tensorwise":
+            lines += ["enable_fsdp_float8_all_gather = true", "precompute_float8_dynamic_scale_for_fsdp = true"]
+        else:
+            lines += [f'recipe_name = "{recipe}"']
     if par.grad_dtype == "bf16":
         notes.append("grad_dtype=bf16: torchtitan's [training] mixed_precision_reduce offers float32 only; "
                      "reduce in bf16 with fully_shard(mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)) "

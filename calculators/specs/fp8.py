@@ -1,6 +1,8 @@
-"""Transformer Engine's FP8 under Megatron: the recipe (`parallel.fp8_recipe`), what the FP8
-layers' weights are kept as (`parallel.fp8_weights`) and the bytes that takes, from TE's own tensor
-layouts and Megatron's flags."""
+"""FP8 as the stacks run it. Megatron: Transformer Engine's recipe (`parallel.fp8_recipe`), what
+the FP8 layers' weights are kept as (`parallel.fp8_weights`) and the bytes that takes, from TE's
+own tensor layouts and Megatron's flags. fsdp2: torchao's float8 recipes (`parallel.fp8_recipe`
+too), which differ in what they gather and cast (`tp_gather_bytes`, time/elementwise.fp8_casts)
+and which GEMMs run in FP8 (`fp8_weight_grad`)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -9,10 +11,23 @@ FP8_TEXT = {"fp8": ", FP8 weights (--fp8-param-gather)",
             "bf16": ", bf16 weights with Transformer Engine's cached FP8 copy"}
 
 
+TE_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")        # Megatron's --fp8-recipe
+TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8")  # torchtitan's float8 / mx converters
+
+
 def fp8_recipe(par) -> str:
-    """Transformer Engine's FP8 scaling under Megatron (`parallel.fp8_recipe`): delayed where empty,
-    Megatron-LM's default and the recipe the export writes."""
-    return par.fp8_recipe or "delayed"
+    """The FP8 scaling recipe (`parallel.fp8_recipe`), the framework's where empty: Megatron's is
+    Transformer Engine's delayed scaling (Megatron-LM's default and the recipe the export writes);
+    fsdp2's is torchao's tensorwise (dynamic per-tensor scales: Float8LinearConfig's default, and
+    torchtitan's float8 converter without a recipe name)."""
+    return par.fp8_recipe or ("tensorwise" if par.framework == "fsdp2" else "delayed")
+
+
+def fp8_weight_grad(par) -> bool:
+    """Whether the weight-gradient GEMM runs in FP8: all but torchao's rowwise_with_gw_hp, which
+    keeps it in bf16 for accuracy (its input and output gradient are not cast for it:
+    Float8LinearConfig.from_recipe_name, cast configs *_for_grad_weight DISABLED)."""
+    return par.precision == "fp8" and not (par.framework == "fsdp2" and fp8_recipe(par) == "rowwise_with_gw_hp")
 
 
 def fp8_weights(par) -> str:
@@ -60,15 +75,16 @@ def tp_gather_bytes(par) -> float:
     - fsdp2: torchtitan's float8 TP is torchao's Float8ColwiseParallel, Float8RowwiseParallel and
       PrepareFloat8ModuleInput (torchao/float8/float8_tensor_parallel.py): the input cast to float8
       before its all-gather, the output gradient cast before the all-gather that is its
-      redistribution's backward: 1 byte. torchtitan uses them with tensorwise scaling only, the
-      recipe fsdp2's FP8 stands for here (its float8 default); rowwise runs gather bf16.
+      redistribution's backward: 1 byte. torchtitan uses them with tensorwise scaling only
+      (parallelize: enable_float8_tensorwise_tp); its rowwise and MX recipes take the plain bf16
+      TP plan and cast after gathering.
     2 (bf16) otherwise. Not modelled: with tp_overlap, NVIDIA's FP8 userbuffers configurations also
     write the forward's reduce-scatters in FP8 (fp8_buf on proj_fprop and fc2_fprop), mostly hidden."""
     if par.precision != "fp8" or par.framework not in ("megatron", "fsdp2"):
         return 2.0
     if par.framework == "megatron":
         return 1.0 + {"mxfp8": 1 / 32, "blockwise": 4 / 128}.get(fp8_recipe(par), 0.0)
-    return 1.0
+    return 1.0 if fp8_recipe(par) == "tensorwise" else 2.0
 
 
 def fp8_weight_extra(par, blackwell: bool) -> float:
@@ -93,3 +109,64 @@ def fp8_layer_params(model, moe: bool, tp: int, ep: int, etp: int) -> tuple[floa
         elif m.name != "router":
             dense += w / tp if m.tp in ("col", "row") else w
     return dense, expert
+
+
+# torchao's float8 and MX casts under fsdp2: HBM bytes per element of each GEMM operand, (forward,
+# backward), compiled and eager, per recipe. x: a linear's input (its forward cast and the copy its
+# weight gradient reads), g: its output gradient, w: its gathered (TP-sharded) weight, per
+# micro-batch. Counted as torchao's own roofline counts them (torchao/testing/training/
+# roofline_utils.py, get_tensor_memory_traffic_ovhd_s), whose compiled figures fuse the first
+# read into the kernel that produced the tensor:
+# - tensorwise (compiled: 1 written, 2 for the transposed FP8 copy Hopper's GEMM layout needs;
+#   eager adds the abs-max read and the cast's read); its weights are cast on their FSDP shard
+#   before a float8 all-gather and only the gathered weight's transpose is counted (1 + 1);
+# - rowwise: the row scales of the weight-gradient operands run along the other dimension, so each
+#   operand is cast twice, once through a bf16 transposed copy (x and g: 1 + 2 written, then 2 read
+#   and 1 written; w: 3, then 4 for the transpose and 3);
+# - rowwise_with_gw_hp: x and g cast once (the weight gradient reads them in bf16), w twice;
+# - mxfp8 (torchao's mxfp8_cublas): each operand cast along both dimensions in two kernels.
+TORCHAO_CASTS = {
+    "tensorwise": {"compiled": {"x": (3, 0), "g": (0, 5), "w": (0, 2)},
+                   "eager": {"x": (7, 0), "g": (0, 9), "w": (0, 2)}},
+    "rowwise": {"compiled": {"x": (3, 3), "g": (0, 6), "w": (3, 7)},
+                "eager": {"x": (5, 3), "g": (0, 8), "w": (3, 7)}},
+    "rowwise_with_gw_hp": {"compiled": {"x": (1, 0), "g": (0, 1), "w": (3, 3)},
+                           "eager": {"x": (3, 0), "g": (0, 3), "w": (3, 3)}},
+    "mxfp8": {"compiled": {"x": (1, 3), "g": (0, 4), "w": (3, 3)},
+              "eager": {"x": (3, 3), "g": (0, 6), "w": (3, 3)}},
+}
+
+
+def torchao_rescale_bytes(par) -> float:
+    """HBM bytes per output element torchao adds after each backward GEMM under the rowwise recipe:
+    its backward GEMMs accumulate slowly (Float8GemmConfig use_fast_accum False), and for that
+    case torchao runs cuBLAS's per-tensor kernel with unit scales and multiplies the bf16 output by
+    the outer product of the row scales afterwards (float8_ops.addmm_float8_unwrapped, since torchao
+    pull request 1325, 2024-11: "the rowwise CUTLASS-based kernel is so slow without fast-accum").
+    Compiled, one kernel reads and writes the output (2 + 2); eager, the fp32 outer product is
+    written (4), then read with the output (4 + 2) and the output written (2). 0 for the others."""
+    if par.framework != "fsdp2" or par.precision != "fp8" or fp8_recipe(par) != "rowwise":
+        return 0.0
+    return 4.0 if par.compile else 12.0
+
+
+def param_gather_bytes(par) -> tuple[float, float]:
+    """(dense, expert) bytes per element of an FP8 layer's weight in data parallelism's weight
+    all-gathers (ZeRO 1/2 after the optimizer, ZeRO 3 per layer); every other parameter gathers bf16.
+    - megatron with FP8 parameters (fp8_weights "fp8", --fp8-param-gather): the distributed
+      optimizer and Megatron-FSDP gather the FP8 data, 1 byte (blockwise adds its fp32 scale per
+      128 x 128 block); MXFP8 parameters gather bf16 through the gradient buffer and quantize again.
+    - fsdp2 with torchao's tensorwise recipe: each linear's weight shard is cast to float8 before
+      FSDP's all-gather (Float8LinearConfig enable_fsdp_float8_all_gather, which torchao's and
+      torchtitan's float8 benchmarks run), 1 byte; the experts' grouped weights and the rowwise
+      and MX recipes gather bf16 (torchtitan refuses the float8 all-gather with a recipe name).
+    2 (bf16) otherwise."""
+    if par.precision != "fp8":
+        return 2.0, 2.0
+    recipe = fp8_recipe(par)
+    if par.framework == "megatron" and fp8_weights(par) == "fp8" and recipe != "mxfp8":
+        q = 1.0 + (4 / 128 ** 2 if recipe == "blockwise" else 0.0)
+        return q, q
+    if par.framework == "fsdp2" and recipe == "tensorwise":
+        return 1.0, 2.0
+    return 2.0, 2.0

@@ -1,12 +1,13 @@
 """What check_layout asks of the knobs that are one framework's, mostly Megatron's: its activation
 offloading (offload_layers, offload_modules), its precision-aware optimizer (moment_dtype,
-master_dtype) and Transformer Engine's FP8 (fp8_recipe, fp8_weights), as Megatron accepts them."""
+master_dtype) and Transformer Engine's FP8 (fp8_recipe, fp8_weights), as Megatron accepts them, and
+torchao's FP8 recipes under fsdp2."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from .errors import require
-from .fp8 import fp8_recipe
+from .fp8 import TE_RECIPES, TORCHAO_RECIPES, fp8_recipe
 from .hardware import BLACKWELL
 from .recompute import modules, offload_modules, policy as recompute_policy
 
@@ -82,19 +83,27 @@ def _check_offload(p: list, w: list, model: ModelSpec, par: ParallelConfig) -> N
 
 
 def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
-    """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them;
-    they describe FP8 training and mean nothing under precision bf16."""
+    """fp8_recipe and fp8_weights: Transformer Engine's FP8 under Megatron, as Megatron accepts them,
+    or torchao's recipes under fsdp2 (fp8_recipe only); they describe FP8 training and mean nothing
+    under precision bf16."""
     if par.precision != "fp8" or not (par.fp8_recipe or par.fp8_weights):
         return
     asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
-    if par.framework != "megatron":
-        p.append(f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} Transformer Engine's FP8 under "
-                 f"Megatron; {par.framework} has its own (torchao's float8 for fsdp2): use framework megatron, "
-                 f"or leave {'them' if len(asked) > 1 else 'it'} empty")
+    if par.framework == "fsdp2" and not par.fp8_weights:
+        require(p, par.fp8_recipe in TORCHAO_RECIPES, lambda: f"fp8_recipe {par.fp8_recipe} is Transformer "
+                f"Engine's under Megatron; fsdp2 runs torchao's float8 recipes: {', '.join(TORCHAO_RECIPES)}")
+    elif par.framework != "megatron":
+        p.append(f"{' and '.join(asked)}: fp8_recipe names Megatron's (Transformer Engine's) or fsdp2's "
+                 f"(torchao's) FP8 recipes and fp8_weights Megatron's FP8 weights; {par.framework} runs neither: "
+                 f"use framework megatron or fsdp2, or leave {'them' if len(asked) > 1 else 'it'} empty")
         return
+    elif par.fp8_recipe and par.fp8_recipe not in TE_RECIPES:
+        p.append(f"fp8_recipe {par.fp8_recipe} is torchao's (framework fsdp2); Megatron's Transformer Engine "
+                 f"runs {', '.join(TE_RECIPES)}")
     if par.fp8_recipe == "mxfp8" and cluster.gpu.name not in BLACKWELL:
         p.append(f"fp8_recipe mxfp8 needs Blackwell's MXFP8 tensor cores ({', '.join(BLACKWELL)}); "
-                 f"{cluster.gpu.name} runs delayed, tensorwise or blockwise")
+                 f"{cluster.gpu.name} runs " + ("delayed, tensorwise or blockwise" if par.framework == "megatron"
+                                                else "tensorwise, rowwise or rowwise_with_gw_hp"))
     if par.fp8_weights == "fp8" and par.zero == 0:
         p.append("fp8_weights fp8 (--fp8-param-gather) needs Megatron's distributed optimizer or Megatron-FSDP: "
                  "use zero 1 or more, or fp8_weights bf16")

@@ -4,6 +4,8 @@ and how tensor parallelism's collectives run beside their GEMMs (with and withou
 The bytes each framework keeps and moves are frameworks.py's."""
 from __future__ import annotations
 
+from .fp8 import fp8_recipe
+
 
 def param_gather_overlapped(framework: str) -> bool:
     """Whether ZeRO-1/2's all-gather of the updated weights runs beside the next step's forward
@@ -77,3 +79,13 @@ def tp_pipelining(framework: str) -> str:
     float8 tensorwise, validation.stacks), counting the backward as without tp_overlap within a few
     points: the rule follows the measurements there, not the pass alone."""
     return {"megatron": "both", "fsdp2": "forward"}.get(framework, "")
+
+
+def async_tp_gathers(par) -> bool:
+    """Whether torchtitan's async TP fuses the forward's all-gathers with their matmuls. Inductor's
+    pass fuses an all-gather only with the matmuls that take its output directly as left operand
+    (micro_pipeline_tp.py, _find_consumer_matmuls: mm or _scaled_mm, through a reshape at most).
+    Under torchao's tensorwise float8 the input is cast before its gather and the gathered FP8
+    tensor feeds _scaled_mm; under its rowwise and MX recipes the bf16 gather feeds the
+    quantization first, so only the reduce-scatters, which take a matmul's output, pipeline."""
+    return par.precision != "fp8" or par.framework != "fsdp2" or fp8_recipe(par) == "tensorwise"

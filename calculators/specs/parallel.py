@@ -27,7 +27,7 @@ ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernel
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 MASTER_DTYPES = ("", "fp32", "remainder", "16bit", "none")  # "": the framework's (frameworks.master_dtype)
-FP8_RECIPES = ("", "delayed", "tensorwise", "mxfp8", "blockwise")  # Megatron's --fp8-recipe; "": delayed
+FP8_RECIPES = ("", "delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "rowwise_with_gw_hp")  # fp8.fp8_recipe
 FP8_WEIGHTS = ("", "fp8", "bf16")                  # "": the framework's (fp8.fp8_weights)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipe")
 FRAMEWORKS = ("megatron", "fsdp2", "deepspeed", "nanotron")
@@ -87,9 +87,10 @@ class ParallelConfig:
                                  # with a bf16 state over FP8 weights) | none
                                  # (the bf16 weights are the master: Apex's with dtype bf16); megatron only;
                                  # "": the framework's (frameworks.master_dtype)
-    fp8_recipe: str = ""         # Transformer Engine's FP8 scaling under Megatron (--fp8-recipe): delayed |
+    fp8_recipe: str = ""         # FP8 scaling. megatron, Transformer Engine's (--fp8-recipe): delayed |
                                  # tensorwise (current per-tensor scaling) | mxfp8 (Blackwell's 1x32 blocks) |
-                                 # blockwise (DeepSeek-V3's 1x128 and 128x128 blocks); "": delayed
+                                 # blockwise (DeepSeek-V3's 1x128 and 128x128 blocks); "": delayed. fsdp2,
+                                 # torchao's: tensorwise | rowwise | rowwise_with_gw_hp | mxfp8; "": tensorwise
     fp8_weights: str = ""        # what Megatron keeps its FP8 layers' weights as: fp8 (FP8 parameters, gathered
                                  # in FP8: --fp8-param-gather) | bf16 (bf16 parameters, whose FP8 copy Transformer
                                  # Engine keeps from step to step); "": the framework's (fp8.fp8_weights)

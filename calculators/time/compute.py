@@ -11,18 +11,20 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
   of the bf16 peak; its backward does 2.5x the forward's FLOPs (it recomputes the scores).
 - memory-bound kernels: bytes read and written per token (counted below), backward twice the
   forward's bytes.
-- FP8 speeds up the weight GEMMs only (attention, norms and the rest stay in bf16).
+- FP8 speeds up the layers' weight GEMMs only (attention, norms, the output GEMM and the rest stay
+  in bf16), the weight-gradient GEMM too but under torchao's rowwise_with_gw_hp.
 - recompute: "full" runs the layer's forward again before its backward; "selective" the attention
   core's forward; a Megatron module list each module's forward (`_modules_recompute`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import elementwise
 from ..memory.activations import BF16, tokens
 from .attention import attention_time
 from .flops import attention_flops
+from ..specs.fp8 import fp8_weight_grad
 from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import (elementwise_kernels, expert_gemm_share, layout_attention, loss_bytes_per_logit,
                              loss_kernel)
@@ -180,16 +182,23 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
     recompute = _modules_recompute(model, par, moe_layer, T, by_module, attn, gpu, profile) if kind == "modules" \
         else {"full": forward / every, "core_attn": attn,
               "op_sac": unsaved + mem + (attn if sac_recomputes_attention(par.recompute) else 0.0)}.get(kind, 0.0)
+    # torchao's rowwise_with_gw_hp runs the weight-gradient GEMMs in bf16 (fp8.fp8_weight_grad)
+    gemm_w = gemm if fp8_weight_grad(par) or par.precision != "fp8" else \
+        _layer_gemms(model, replace(par, precision="bf16"), moe_layer, T, gpu, profile)[0]
     return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
-                     backward_weight=gemm, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
+                     backward_weight=gemm_w, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
                      column_gemms=cols, mlp=(mlp_gemm + mem * share_f, 2 * mlp_gemm + mem_b * share_b))
 
 
 def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profile: HardwareProfile) -> tuple[float, float, float]:
     """(forward, input-backward, weight-backward) of the output GEMM and the loss over this GPU's
-    T x V/tp logits, whose element-wise passes move kernels.loss_bytes_per_logit each."""
+    T x V/tp logits, whose element-wise passes move kernels.loss_bytes_per_logit each. The output
+    GEMM stays bf16 under FP8 in every stack: Megatron builds it as its own ColumnParallelLinear,
+    not a Transformer Engine module (gpt_model.py; TE's LM head only under an MXFP8 output-projection
+    option), and torchtitan leaves it out of the float8 conversion (filter_fqns ["output"]; before
+    2025, module_filter_fn fqn != "output")."""
     T = tokens(par)
-    g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile, par.precision == "fp8")
+    g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile)
     logits = T * model.vocab / par.tp
     (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(loss_kernel(par))
     return (g + memory_time(fwd * logits, fwd_kernels, gpu, profile),

@@ -8,6 +8,7 @@ import math
 
 from ..memory.activations import BF16
 from .comm import collective_time
+from ..specs.fp8 import fp8_layer_params, param_gather_bytes
 from ..specs.frameworks import grad_bucket_bytes, param_gather_count
 from ..specs.overlap import param_gather_overlapped
 
@@ -19,16 +20,34 @@ def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     return dense, expert
 
 
+def gather_bytes(model, par, n_dense: int, n_moe: int, dense: float, expert: float) -> tuple[float, float]:
+    """(dense, expert) bytes per parameter of one pipeline rank's weight all-gathers, holding
+    `n_dense` dense and `n_moe` MoE layers and `dense` and `expert` parameters: bf16, but the FP8
+    layers' weights where the framework gathers them in FP8 (fp8.param_gather_bytes)."""
+    b_dense, b_expert = param_gather_bytes(par)
+    if b_dense == BF16 and b_expert == BF16:
+        return BF16, BF16
+    fp8_dense = fp8_expert = 0.0
+    for moe, n in ((False, n_dense), (True, n_moe)):
+        if n:
+            d, e = fp8_layer_params(model, moe, par.tp, par.ep, par.etp)
+            fp8_dense, fp8_expert = fp8_dense + n * d, fp8_expert + n * e
+    return (BF16 - (BF16 - b_dense) * min(1.0, fp8_dense / dense) if dense else BF16,
+            BF16 - (BF16 - b_expert) * min(1.0, fp8_expert / expert) if expert else BF16)
+
+
 def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g, grad_bytes, tensors=(1, 1),
-             units=1, first_fwd=0.0):
+             units=1, first_fwd=0.0, gather=(BF16, BF16)):
     """(gradient sync that backward can hide, exposed ZeRO traffic, ZeRO traffic hidden behind
     compute) of one pipeline rank. Gradients go in the framework's buckets, ZeRO-1/2's weight
-    all-gathers in its gather units (frameworks.py); every collective pays its latency. Where the
+    all-gathers in its gather units (frameworks.py), `gather` bytes per (dense, expert) parameter
+    (gather_bytes); every collective pays its latency. Where the
     framework overlaps those all-gathers with the next step's forward
     (overlap.param_gather_overlapped), all but the first unit hide behind the rank's forward of
     its first micro-batch (`first_fwd`)."""
     sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
-    for params, g, count in ((dense, dense_g, tensors[0]), (expert, expert_g, tensors[1])):
+    for params, g, count, nbytes in ((dense, dense_g, tensors[0], gather[0]),
+                                     (expert, expert_g, tensors[1], gather[1])):
         if params <= 0 or g.size <= 1:
             continue
         if par.zero in (0, 1, 2):
@@ -39,7 +58,7 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
                                         profile)
             if par.zero:
                 k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
-                gather = k * collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+                gather = k * collective_time("all_gather", nbytes * params / k, g, cluster, profile)
                 hidden = min(gather * (1 - 1 / k), profile.overlap["dp"] * first_fwd) \
                     if param_gather_overlapped(par.framework) else 0.0
                 exposed_extra, hidden_extra = exposed_extra + gather - hidden, hidden_extra + hidden
@@ -49,7 +68,7 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
             # scatter runs behind the next one's, but the step's first gather has nothing before it
             # and its last reduce-scatter nothing after: those two wait.
             k = max(1, units)
-            gather = collective_time("all_gather", BF16 * params / k, g, cluster, profile)
+            gather = collective_time("all_gather", nbytes * params / k, g, cluster, profile)
             scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile)
             per_mb = k * (2 * gather + scatter)
             hidden = min(per_mb, profile.overlap["zero3"] * compute)

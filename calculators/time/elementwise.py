@@ -27,6 +27,7 @@ intermediate width (T tokens, sharded) and the head dim (RoPE's table, read per 
 """
 from __future__ import annotations
 
+from ..specs.fp8 import TORCHAO_CASTS, fp8_recipe, torchao_rescale_bytes
 from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import elementwise_kernels
 from ..specs.models import ModelSpec
@@ -162,12 +163,14 @@ def fp8_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: fl
       experts' dispatched tokens) is cast and transposed (read 2, write 1 + 1 bytes per element);
       in backward each GEMM's output gradient is (cast_transpose, 4). Weights are cast once per
       step and reused by later micro-batches (not counted).
-    - torchao float8, tensorwise dynamic scaling (fsdp2), eager: every Float8Linear finds its
-      input's abs-max (read 2) and casts it (read 2, write 1), 5 bytes per element, q, k and v
-      each for themselves; backward the same for each output gradient, and a transposed FP8 copy
-      of each input and gradient for the weight gradient (read 1, write 1). Under torch.compile
-      the abs-max and cast fuse into the producing kernel: 1 byte written per element, 2 for the
-      transposed copy."""
+    - torchao float8 (fsdp2), by recipe (fp8.TORCHAO_CASTS): tensorwise dynamic scaling, eager:
+      every Float8Linear finds its input's abs-max (read 2) and casts it (read 2, write 1), 5 bytes
+      per element, q, k and v each for themselves; backward the same for each output gradient, and
+      a transposed FP8 copy of each input and gradient for the weight gradient (read 1, write 1).
+      Under torch.compile the abs-max and cast fuse into the producing kernel: 1 byte written per
+      element, 2 for the transposed copy. The rowwise recipes cast each operand along both
+      dimensions, the weights after their bf16 gathers, and rowwise rescales its backward GEMMs'
+      outputs (fp8.torchao_rescale_bytes)."""
     t = par.tp
     fwd = bwd = 0.0
     kernels = 0
@@ -184,9 +187,13 @@ def fp8_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: fl
         seen_inputs.add((mm.fan_in, mm.expert, mm.used))
         kernels += 1
         if par.framework == "fsdp2":
-            cast, grad = (1 + 2, 1 + 2 + 2) if par.compile else (5 + 2, 5 + 2 + 2)
-            fwd += rows * cast * fan_in
-            bwd += rows * grad * fan_out
+            per = TORCHAO_CASTS[fp8_recipe(par)]["compiled" if par.compile else "eager"]
+            weights = mm.fan_in * mm.fan_out / shard * (mm.stored / par.ep if mm.expert else mm.stored)
+            for i in (0, 1):
+                add = rows * (per["x"][i] * fan_in + per["g"][i] * fan_out) + weights * per["w"][i]
+                fwd, bwd = (fwd + add, bwd) if i == 0 else (fwd, bwd + add)
+            # the rowwise recipe's rescale of the input gradient (rows x fan_in) and weight gradient
+            bwd += torchao_rescale_bytes(par) * (rows * fan_in + weights)
         else:
             fed = first in _NORM_FED and not mm.expert and not first.startswith("shared_")
             fwd += 0.0 if fed or shared_input else rows * 4 * fan_in

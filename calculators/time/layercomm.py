@@ -31,7 +31,7 @@ from __future__ import annotations
 from ..memory.activations import BF16, saved_per_layer, tokens
 from ..memory.offload import offload_parts, reload_split
 from ..specs.fp8 import tp_gather_bytes
-from ..specs.overlap import tp_backward_overlapped, tp_pipelining
+from ..specs.overlap import async_tp_gathers, tp_backward_overlapped, tp_pipelining
 from ..specs.recompute import modules, policy as recompute_policy
 from .comm import collective_time, dispatch_time, expert_group, group
 from .dispatch import default_sms
@@ -59,7 +59,11 @@ def layer_comm(model, par, cluster, profile, moe_layer, lt):
         hidden = tp_hidden(par, 2 * one, gemm_time, profile)
         out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hidden)
         if par.tp_overlap and tp_pipelining(par.framework) == "forward":
-            # only the forward's collectives, and a recomputed forward's, pipeline with their GEMMs
+            # only the forward's collectives, and a recomputed forward's, pipeline with their GEMMs;
+            # under torchao's rowwise and MX recipes only their reduce-scatters (async_tp_gathers)
+            if par.sp and not async_tp_gathers(par):
+                fused = tp_hidden(par, 2 * rs, gemm_time, profile)
+                hidden = (2 * rs * fused + 2 * ag * profile.overlap["tp"]) / (2 * one)
             hid = again * hidden + profile.overlap["tp"]
             out["tp"] = (2 * one, 2 * one * (1 + again), hidden, hid / (1 + again))
         if par.sp and kind == "op_sac" and par.framework == "fsdp2":

@@ -36,7 +36,7 @@ from . import flops as fl
 from ..memory.activations import BF16, tokens
 from .comm import collective_time, expert_group, group
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
-from .dpsync import dp_sync, layer_tensors
+from .dpsync import dp_sync, gather_bytes, layer_tensors
 from .host import expert_loop_host, host_bound
 from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, host_scale,
@@ -265,8 +265,10 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
             if end:
                 dense += model.vocab * model.hidden / par.tp
                 tensors[0] += 2                       # the embedding or output matrix, and a norm
+        gather = gather_bytes(model, par, len(rank_layers) - n_moe, n_moe, dense, expert)
         sync, exposed_extra, hidden_extra = dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g,
-                                                    expert_g, grad_bytes, tensors, len(rank_layers), first_fwd)
+                                                    expert_g, grad_bytes, tensors, len(rank_layers), first_fwd,
+                                                    gather)
         windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
         dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
         shard = dense_g.size if par.zero >= 1 else 1

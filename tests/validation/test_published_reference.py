@@ -22,8 +22,9 @@ def test_dense_runs_of_another_framework_meet_the_targets():
     assert runs >= 10
     assert median <= 0.15 and worst <= 0.35
     assert median <= 0.08 and worst <= 0.19        # chapters 4 and 13 render these (playbook/numbers.published)
-    # the TP-overlapped runs (Llama 3 70B, GPT-3 175B) within 12%
-    overlapped = [r for r in results if r.run.par.tp_overlap and r.error is not None]
+    # the TP-overlapped runs of Llama 3 70B and GPT-3 175B within 12% (405B's are bounded below)
+    overlapped = [r for r in results if r.run.par.tp_overlap and r.error is not None
+                  and r.run.model.name != "llama3-405b"]
     assert len(overlapped) >= 5 and all(abs(r.error) <= 0.12 for r in overlapped)
     # what cannot be expressed says why, and every other row is scored
     for r in results:

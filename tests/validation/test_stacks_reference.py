@@ -74,7 +74,8 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
     """host.EXPERT_LOOP_FP8_MS is fitted on the twelve Megatron FP8 runs of Qwen3-30B-A3B whose
     experts run Transformer Engine's per-expert loop (16 and 8 local experts; H100, B200, GB200).
     The other Megatron FP8 MoE runs (Qwen3-235B-A22B, DeepSeek-V3: 2 to 32 local experts) are the
-    check: from 12.3% median error without it to under 8% with it (13.4% before DeepEP's kernels on
+    check: from 6.1% median error without it to 3.3% with it (12.3% to under 8% before the output
+    layer was costed in bf16 under FP8, as every stack runs it; 13.4% before DeepEP's kernels on
     Blackwell were costed at their measured rate and its NVLink share corrected, which refitted it
     from 0.22 to 0.20 ms)."""
     from calculators.specs.kernels import expert_kernel
@@ -89,9 +90,10 @@ def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, m
         errors = sorted(abs(score(r).error) for r in runs)
         return (errors[(len(errors) - 1) // 2] + errors[len(errors) // 2]) / 2
 
-    assert median_error(fit) <= 0.05 and median_error(held) <= 0.08
+    held_with = median_error(held)
+    assert median_error(fit) <= 0.05 and held_with <= 0.05
     monkeypatch.setattr(host, "EXPERT_LOOP_FP8_MS", 0.0)
-    assert median_error(fit) >= 0.3 and median_error(held) >= 0.12
+    assert median_error(fit) >= 0.3 and median_error(held) >= 1.5 * held_with
 
 
 # torchao's bf16 baseline of its MXFP8 grouped GEMM, forward + backward with an MSE loss, on a B200
@@ -250,7 +252,7 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
                                             "nemo-long-context", "torchao-training-docs",
                                             "torchtitan-deepep-qwen3-2026-01"}
     today = {s.run.line: score(replace(s.run, par=replace(s.run.par, attention="cudnn"))).error for s in rows}
-    assert all(0 <= s.error < today[s.run.line] + 0.015 for s in rows if s.run.source != "torchao-training-docs")
+    assert all(abs(s.error) < abs(today[s.run.line]) + 0.015 for s in rows if s.run.source != "torchao-training-docs")
     # (torchtitan's DeepEP runs, added later, name cuDNN 9.10.2 and come closer too, at 4k tokens)
     assert all(s.error < today[s.run.line] for s in rows if s.run.par.seq / s.run.par.cp <= 32768)
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
