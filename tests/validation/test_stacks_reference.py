@@ -286,14 +286,14 @@ def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypa
 
 
 def test_runs_on_a_gpu_the_source_only_bounds_say_what_the_bound_moves(scored):
-    """Meta's 500 W H100s (torchtitan's benchmarks): read as a custom GPU at the midpoint of the
+    """Meta's 500 W H100s (torchtitan's benchmarks, and torchao's float8 table): read as a custom GPU at the midpoint of the
     peak its source bounds (validation/gpus.py) and scored at both ends too: a higher peak predicts
     every run faster, and each source on it stays within the issue's 20% at the peak taken."""
     from validation.gpus import PEAK_BOUND, at_peak
     from validation.stacks import peak_bound
     rows, _ = scored
     on_it = [s for s in rows if s.run.cluster.gpu.name == "H100-96GB-500W"]
-    assert len(on_it) == 33 and all(s.predicted for s in on_it)
+    assert len(on_it) == 36 and all(s.predicted for s in on_it)       # torchtitan 33, torchao 3
     low, high = PEAK_BOUND["H100-96GB-500W"]
     for s in on_it[::4]:
         ends = [score(replace(s.run, cluster=replace(s.run.cluster, gpu=at_peak(s.run.cluster.gpu, peak)))).predicted
@@ -301,7 +301,7 @@ def test_runs_on_a_gpu_the_source_only_bounds_say_what_the_bound_moves(scored):
         assert ends[0] < s.predicted < ends[1], s.run.line
     bounds = peak_bound(rows)
     assert {source for source, _ in bounds} == {"torchtitan-bench-2024-12", "torchtitan-asynctp-2025-06",
-                                                "torchtitan-perf-2024-08"}
+                                                "torchtitan-perf-2024-08", "torchao-float8-readme-2025-03"}
     for (source, _), (n, _, mid, _) in bounds.items():
         assert n < 5 or mid <= 0.20, source
     with pytest.raises(ValueError):
