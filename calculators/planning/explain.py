@@ -48,7 +48,7 @@ def label(p: ParallelConfig) -> str:
     parts += [f"grads={p.grad_dtype}"] if p.grad_dtype else []
     parts += [f"moments={p.moment_dtype}"] if p.moment_dtype else []
     parts += [f"master={master_dtype(p)}"] if master_dtype(p) != "fp32" else []
-    parts += [f"fp8={p.fp8_recipe}"] if p.fp8_recipe and fp8_weights(p) else []
+    parts += [f"fp8={p.fp8_recipe}"] if p.precision == "fp8" and p.fp8_recipe else []
     parts += [f"fp8_weights={p.fp8_weights}"] if p.fp8_weights and fp8_weights(p) else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     parts += [f"offload={p.offload_modules}"] if p.offload_modules else []

@@ -213,6 +213,27 @@ def _torchtitan_recompute(par, notes) -> list:
     return ['mode = "selective"', 'selective_ac_option = "op"']
 
 
+def _torchtitan_fp8(model, par) -> list:
+    """torchtitan's quantization converters and sections (v0.2 TOML): torchao's recipe
+    (fp8.fp8_recipe) on the linears, the output layer and the router left in bf16, and the experts'
+    grouped GEMMs in float8 rowwise or MXFP8, as the calculators cost them; tensorwise with the
+    float8 FSDP all-gather they cost (fp8.param_gather_bytes)."""
+    recipe = fp8_recipe(par)
+    kind = "mx" if recipe == "mxfp8" else "float8"
+    moe = bool(model.moe_layers)
+    converters = [f"quantize.linear.{kind}"] + ([f"quantize.grouped_mm.{kind}"] if moe else [])
+    skip = '"output", "router.gate"' if moe else '"output"'
+    out = ["", "[model]", "converters = [" + ", ".join(f'"{c}"' for c in converters) + "]",
+           "", f"[quantize.linear.{kind}]", f"filter_fqns = [{skip}]"]
+    if recipe == "tensorwise":
+        out += ["enable_fsdp_float8_all_gather = true", "precompute_float8_dynamic_scale_for_fsdp = true"]
+    else:
+        out += [f'recipe_name = "{"mxfp8_cublas" if recipe == "mxfp8" else recipe}"']
+    if moe:
+        out += ["", f"[quantize.grouped_mm.{kind}]", 'fqns = ["experts"]']
+    return out
+
+
 def _torchtitan(model, cluster, par, _ref):
     notes = []
     replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
@@ -248,15 +269,7 @@ def _torchtitan(model, cluster, par, _ref):
         components = '"model", "loss"' if loss_kernel(par) == "compiled" else '"model"'
         lines += ["", "[compile]", "enable = true", f"components = [{components}]"]
     if par.precision == "fp8":
-        # torchao's recipes (fp8.fp8_recipe): MX through torchtitan's mx converter; tensorwise with the
-        # float8 FSDP all-gather the calculators cost (fp8.param_gather_bytes); the output stays bf16
-        recipe = fp8_recipe(par)
-        section = "mx" if recipe == "mxfp8" else "float8"
-        lines += ["", "[model]", f'converters = ["{section}"]', "", f"[{section}]", 'filter_fqns = ["output"]']
-        if recipe == "tensorwise":
-            lines += ["enable_fsdp_float8_all_gather = true", "precompute_float8_dynamic_scale_for_fsdp = true"]
-        else:
-            lines += [f'recipe_name = "{recipe}"']
+        lines += _torchtitan_fp8(model, par)
     if par.grad_dtype == "bf16":
         notes.append("grad_dtype=bf16: torchtitan's [training] mixed_precision_reduce offers float32 only; "
                      "reduce in bf16 with fully_shard(mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)) "

@@ -24,9 +24,10 @@ def fp8_recipe(par) -> str:
 
 
 def fp8_weight_grad(par) -> bool:
-    """Whether the weight-gradient GEMM runs in FP8: all but torchao's rowwise_with_gw_hp, which
-    keeps it in bf16 for accuracy (its input and output gradient are not cast for it:
-    Float8LinearConfig.from_recipe_name, cast configs *_for_grad_weight DISABLED)."""
+    """Whether the linears' weight-gradient GEMMs run in FP8: all but torchao's rowwise_with_gw_hp,
+    which keeps them in bf16 for accuracy (its input and output gradient are not cast for them:
+    Float8LinearConfig.from_recipe_name, cast configs *_for_grad_weight DISABLED); the experts'
+    grouped GEMMs run theirs in FP8 under every recipe."""
     return par.precision == "fp8" and not (par.framework == "fsdp2" and fp8_recipe(par) == "rowwise_with_gw_hp")
 
 
@@ -114,20 +115,25 @@ def fp8_layer_params(model, moe: bool, tp: int, ep: int, etp: int) -> tuple[floa
 # torchao's float8 and MX casts under fsdp2: HBM bytes per element of each GEMM operand, (forward,
 # backward), compiled and eager, per recipe. x: a linear's input (its forward cast and the copy its
 # weight gradient reads), g: its output gradient, w: its gathered (TP-sharded) weight, per
-# micro-batch. Counted as torchao's own roofline counts them (torchao/testing/training/
-# roofline_utils.py, get_tensor_memory_traffic_ovhd_s), whose compiled figures fuse the first
-# read into the kernel that produced the tensor:
-# - tensorwise (compiled: 1 written, 2 for the transposed FP8 copy Hopper's GEMM layout needs;
-#   eager adds the abs-max read and the cast's read); its weights are cast on their FSDP shard
-#   before a float8 all-gather and only the gathered weight's transpose is counted (1 + 1);
-# - rowwise: the row scales of the weight-gradient operands run along the other dimension, so each
-#   operand is cast twice, once through a bf16 transposed copy (x and g: 1 + 2 written, then 2 read
-#   and 1 written; w: 3, then 4 for the transpose and 3);
-# - rowwise_with_gw_hp: x and g cast once (the weight gradient reads them in bf16), w twice;
-# - mxfp8 (torchao's mxfp8_cublas): each operand cast along both dimensions in two kernels.
+# micro-batch.
+# - tensorwise: this product's count of torchao's kernels (eager: the abs-max read, the cast's read
+#   and write, the transposed FP8 copy Hopper's GEMM layout needs for the weight gradient; compiled,
+#   the abs-max and cast fuse into the producing kernel), whose compiled total over x and g is
+#   torchao's roofline's (torchao/testing/training/roofline_utils.py,
+#   get_tensor_memory_traffic_ovhd_s). Its weights: cast on their FSDP shard before a float8
+#   all-gather, leaving the gathered weight's transpose (1 + 1; "w") when FSDP shards them, else
+#   cast whole every micro-batch (abs-max 2, cast 3, backward's transposed cast 3; "w_unsharded");
+# - rowwise, rowwise_with_gw_hp and mxfp8 as that roofline counts them, compiled figures fusing the
+#   first read into the producer: rowwise's row scales of the weight-gradient operands run along
+#   the other dimension, so each operand is cast twice, once through a bf16 transposed copy (x and
+#   g: 1 + 2 written, then 2 read and 1 written; w: 3, then 4 for the transpose and 3);
+#   rowwise_with_gw_hp casts x and g once (the weight gradient reads them in bf16), w twice;
+#   mxfp8 (torchao's mxfp8_cublas) each operand along both dimensions in two kernels.
+# The experts' grouped GEMMs run torchao's float8 rowwise grouped GEMM (or MXFP8's under mxfp8)
+# whatever the linears' recipe (torchao moe_training; torchtitan's quantize.grouped_mm converters).
 TORCHAO_CASTS = {
-    "tensorwise": {"compiled": {"x": (3, 0), "g": (0, 5), "w": (0, 2)},
-                   "eager": {"x": (7, 0), "g": (0, 9), "w": (0, 2)}},
+    "tensorwise": {"compiled": {"x": (3, 0), "g": (0, 5), "w": (0, 2), "w_unsharded": (5, 3)},
+                   "eager": {"x": (7, 0), "g": (0, 9), "w": (0, 2), "w_unsharded": (5, 3)}},
     "rowwise": {"compiled": {"x": (3, 3), "g": (0, 6), "w": (3, 7)},
                 "eager": {"x": (5, 3), "g": (0, 8), "w": (3, 7)}},
     "rowwise_with_gw_hp": {"compiled": {"x": (1, 0), "g": (0, 1), "w": (3, 3)},
@@ -137,17 +143,44 @@ TORCHAO_CASTS = {
 }
 
 
-def torchao_rescale_bytes(par) -> float:
-    """HBM bytes per output element torchao adds after each backward GEMM under the rowwise recipe:
-    its backward GEMMs accumulate slowly (Float8GemmConfig use_fast_accum False), and for that
-    case torchao runs cuBLAS's per-tensor kernel with unit scales and multiplies the bf16 output by
-    the outer product of the row scales afterwards (float8_ops.addmm_float8_unwrapped, since torchao
-    pull request 1325, 2024-11: "the rowwise CUTLASS-based kernel is so slow without fast-accum").
-    Compiled, one kernel reads and writes the output (2 + 2); eager, the fp32 outer product is
-    written (4), then read with the output (4 + 2) and the output written (2). 0 for the others."""
-    if par.framework != "fsdp2" or par.precision != "fp8" or fp8_recipe(par) != "rowwise":
-        return 0.0
-    return 4.0 if par.compile else 12.0
+def torchao_casts(par, expert: bool) -> dict:
+    """{"x", "g", "w": (forward, backward) bytes per element} of one GEMM's casts under torchao
+    (TORCHAO_CASTS): the experts' by their grouped GEMM's recipe, the linears' by fp8_recipe, the
+    tensorwise weights by whether FSDP gathers them in float8 (float8_all_gather)."""
+    recipe = fp8_recipe(par)
+    if expert:
+        recipe = "mxfp8" if recipe == "mxfp8" else "rowwise"
+    per = dict(TORCHAO_CASTS[recipe]["compiled" if par.compile else "eager"])
+    if recipe == "tensorwise" and not float8_all_gather(par):
+        per["w"] = per["w_unsharded"]
+    return per
+
+
+def float8_all_gather(par) -> bool:
+    """Whether FSDP gathers torchao's tensorwise float8 weights in float8: the calculators take the
+    setting torchao's and torchtitan's float8 benchmarks run (enable_fsdp_float8_all_gather with
+    precomputed scales; torchtitan's own default is off) wherever FSDP shards the weights (ZeRO 2/3
+    over more than one data-parallel or context-parallel rank); torchtitan refuses it with a recipe
+    name, so rowwise and MX gather bf16."""
+    return (par.framework == "fsdp2" and par.precision == "fp8" and fp8_recipe(par) == "tensorwise"
+            and par.zero >= 2 and par.dp * par.cp > 1)
+
+
+def torchao_rescale_bytes(par) -> tuple[float, float]:
+    """HBM bytes per output element torchao adds after the (input-gradient, weight-gradient) GEMMs of
+    a linear. Its backward GEMMs accumulate slowly (Float8GemmConfig use_fast_accum False), and when
+    both operands carry axis-wise scales torchao runs cuBLAS's per-tensor kernel with unit scales and
+    multiplies the bf16 output by the outer product of the scales afterwards
+    (float8_ops.addmm_float8_unwrapped, since torchao pull request 1325, 2024-11: "the rowwise
+    CUTLASS-based kernel is so slow without fast-accum"). rowwise: both; rowwise_with_gw_hp: the
+    input gradient only, whose tensorwise weight scale preprocess_addmm repeats along the axis (its
+    weight gradient is a bf16 GEMM). Compiled, one kernel reads and writes the output (2 + 2); eager,
+    the fp32 outer product is written (4), then read with the output (4 + 2) and the output written
+    (2). The experts' grouped GEMMs accumulate fast and are not rescaled."""
+    if par.framework != "fsdp2" or par.precision != "fp8":
+        return 0.0, 0.0
+    per = 4.0 if par.compile else 12.0
+    return {"rowwise": (per, per), "rowwise_with_gw_hp": (per, 0.0)}.get(fp8_recipe(par), (0.0, 0.0))
 
 
 def param_gather_bytes(par) -> tuple[float, float]:
@@ -157,9 +190,8 @@ def param_gather_bytes(par) -> tuple[float, float]:
       optimizer and Megatron-FSDP gather the FP8 data, 1 byte (blockwise adds its fp32 scale per
       128 x 128 block); MXFP8 parameters gather bf16 through the gradient buffer and quantize again.
     - fsdp2 with torchao's tensorwise recipe: each linear's weight shard is cast to float8 before
-      FSDP's all-gather (Float8LinearConfig enable_fsdp_float8_all_gather, which torchao's and
-      torchtitan's float8 benchmarks run), 1 byte; the experts' grouped weights and the rowwise
-      and MX recipes gather bf16 (torchtitan refuses the float8 all-gather with a recipe name).
+      FSDP's all-gather (float8_all_gather), 1 byte; the experts' grouped weights and the rowwise
+      and MX recipes gather bf16.
     2 (bf16) otherwise."""
     if par.precision != "fp8":
         return 2.0, 2.0
@@ -167,6 +199,6 @@ def param_gather_bytes(par) -> tuple[float, float]:
     if par.framework == "megatron" and fp8_weights(par) == "fp8" and recipe != "mxfp8":
         q = 1.0 + (4 / 128 ** 2 if recipe == "blockwise" else 0.0)
         return q, q
-    if par.framework == "fsdp2" and recipe == "tensorwise":
+    if float8_all_gather(par):
         return 1.0, 2.0
     return 2.0, 2.0

@@ -89,9 +89,12 @@ def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:
     if par.precision != "fp8" or not (par.fp8_recipe or par.fp8_weights):
         return
     asked = [f"{k} {getattr(par, k)}" for k in ("fp8_recipe", "fp8_weights") if getattr(par, k)]
-    if par.framework == "fsdp2" and not par.fp8_weights:
-        require(p, par.fp8_recipe in TORCHAO_RECIPES, lambda: f"fp8_recipe {par.fp8_recipe} is Transformer "
-                f"Engine's under Megatron; fsdp2 runs torchao's float8 recipes: {', '.join(TORCHAO_RECIPES)}")
+    if par.framework == "fsdp2":
+        require(p, not par.fp8_recipe or par.fp8_recipe in TORCHAO_RECIPES, lambda: f"fp8_recipe {par.fp8_recipe} "
+                f"is Transformer Engine's under Megatron; fsdp2 runs torchao's float8 recipes: "
+                f"{', '.join(TORCHAO_RECIPES)}")
+        require(p, not par.fp8_weights, lambda: f"fp8_weights {par.fp8_weights} is Megatron's; fsdp2 keeps bf16 "
+                "weights and casts them as its torchao recipe does (fp8_recipe): leave fp8_weights empty")
     elif par.framework != "megatron":
         p.append(f"{' and '.join(asked)}: fp8_recipe names Megatron's (Transformer Engine's) or fsdp2's "
                  f"(torchao's) FP8 recipes and fp8_weights Megatron's FP8 weights; {par.framework} runs neither: "

@@ -18,7 +18,7 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import elementwise
 from ..memory.activations import BF16, tokens
@@ -96,11 +96,14 @@ def expert_tokens(model: ModelSpec, par: ParallelConfig, T: float) -> float:
     return par.ep * routed_tokens(par, T) * model.moe.top_k / model.moe.experts * par.moe_imbalance
 
 
-def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile) -> tuple:
+def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: float, gpu, profile,
+                 linears_fp8: bool | None = None) -> tuple:
     """(forward GEMM seconds of the layer, (attention's, the MLP's) column-parallel share of them,
     forward seconds of the GEMMs op_sac recomputes: every second matmul, the router and the
-    experts' grouped GEMMs, recompute.sac_saved)."""
+    experts' grouped GEMMs, recompute.sac_saved). `linears_fp8` overrides the precision of the
+    GEMMs but the experts' (the bf16 weight gradient of fp8.fp8_weight_grad)."""
     fp8 = par.precision == "fp8"
+    dense_fp8 = fp8 if linears_fp8 is None else linears_fp8
     t, cols, unsaved, by_module = 0.0, [0.0, 0.0], 0.0, dict.fromkeys(MODULES, 0.0)
     mms = model.layer_matmuls(moe_layer)
     saved = dict(zip((mm.name for mm in mms), sac_saved(mms)))
@@ -109,10 +112,10 @@ def _layer_gemms(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T: floa
             g = gemm_time(expert_tokens(model, par, T), mm.fan_out / par.etp, mm.fan_in, gpu, profile, fp8,
                           count=mm.stored / par.ep) / expert_gemm_share(par, gpu.name)
         elif mm.tp == "col":
-            g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, fp8, count=mm.stored)
+            g = gemm_time(T * mm.used, mm.fan_out / par.tp, mm.fan_in, gpu, profile, dense_fp8, count=mm.stored)
             cols[mm.name.split("+")[0] not in ATTENTION_COLUMNS] += g
         elif mm.tp == "row":
-            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, fp8, count=mm.stored)
+            g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in / par.tp, gpu, profile, dense_fp8, count=mm.stored)
         else:                                          # replicated (the router, MLA's small projections)
             g = gemm_time(T * mm.used, mm.fan_out, mm.fan_in, gpu, profile, False, count=mm.stored)
         t += g
@@ -184,7 +187,7 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
               "op_sac": unsaved + mem + (attn if sac_recomputes_attention(par.recompute) else 0.0)}.get(kind, 0.0)
     # torchao's rowwise_with_gw_hp runs the weight-gradient GEMMs in bf16 (fp8.fp8_weight_grad)
     gemm_w = gemm if fp8_weight_grad(par) or par.precision != "fp8" else \
-        _layer_gemms(model, replace(par, precision="bf16"), moe_layer, T, gpu, profile)[0]
+        _layer_gemms(model, par, moe_layer, T, gpu, profile, linears_fp8=False)[0]
     return LayerTime(forward=forward, backward_input=gemm + attn_b + mem_b + recompute,
                      backward_weight=gemm_w, gemm=gemm, attention=attn, memory_bound=mem, recompute=recompute,
                      column_gemms=cols, mlp=(mlp_gemm + mem * share_f, 2 * mlp_gemm + mem_b * share_b))

@@ -27,7 +27,7 @@ intermediate width (T tokens, sharded) and the head dim (RoPE's table, read per 
 """
 from __future__ import annotations
 
-from ..specs.fp8 import TORCHAO_CASTS, fp8_recipe, torchao_rescale_bytes
+from ..specs.fp8 import torchao_casts, torchao_rescale_bytes
 from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import elementwise_kernels
 from ..specs.models import ModelSpec
@@ -169,8 +169,9 @@ def fp8_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: fl
       a transposed FP8 copy of each input and gradient for the weight gradient (read 1, write 1).
       Under torch.compile the abs-max and cast fuse into the producing kernel: 1 byte written per
       element, 2 for the transposed copy. The rowwise recipes cast each operand along both
-      dimensions, the weights after their bf16 gathers, and rowwise rescales its backward GEMMs'
-      outputs (fp8.torchao_rescale_bytes)."""
+      dimensions, the weights after their bf16 gathers, and rescale their slow-accumulation
+      backward GEMMs' outputs (fp8.torchao_rescale_bytes); the experts' grouped GEMMs cast as
+      torchao's rowwise (or MXFP8) grouped GEMM does (fp8.torchao_casts)."""
     t = par.tp
     fwd = bwd = 0.0
     kernels = 0
@@ -187,13 +188,15 @@ def fp8_casts(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: fl
         seen_inputs.add((mm.fan_in, mm.expert, mm.used))
         kernels += 1
         if par.framework == "fsdp2":
-            per = TORCHAO_CASTS[fp8_recipe(par)]["compiled" if par.compile else "eager"]
-            weights = mm.fan_in * mm.fan_out / shard * (mm.stored / par.ep if mm.expert else mm.stored)
+            per = torchao_casts(par, mm.expert)
+            weights = mm.fan_in * mm.fan_out / (shard if mm.tp in ("col", "row") else 1) * \
+                (mm.stored / par.ep if mm.expert else mm.stored)
             for i in (0, 1):
                 add = rows * (per["x"][i] * fan_in + per["g"][i] * fan_out) + weights * per["w"][i]
                 fwd, bwd = (fwd + add, bwd) if i == 0 else (fwd, bwd + add)
-            # the rowwise recipe's rescale of the input gradient (rows x fan_in) and weight gradient
-            bwd += torchao_rescale_bytes(par) * (rows * fan_in + weights)
+            if not mm.expert:            # the rescale of the input gradient (rows x fan_in) and weight gradient
+                grad_in, grad_w = torchao_rescale_bytes(par)
+                bwd += grad_in * rows * fan_in + grad_w * weights
         else:
             fed = first in _NORM_FED and not mm.expert and not first.startswith("shared_")
             fwd += 0.0 if fed or shared_input else rows * 4 * fan_in

@@ -63,11 +63,13 @@ def test_rowwise_casts_more_and_rescales_and_gw_hp_keeps_the_weight_gradient_in_
     T = 8192
     casts = {r: fp8_casts(L8B, replace(TITAN, fp8_recipe=r), False, T) for r in TORCHAO_CASTS}
     total = {r: c["forward"][0] + c["backward"][0] for r, c in casts.items()}
-    assert total["rowwise"] > total["mxfp8"] > total["rowwise_with_gw_hp"]
-    assert total["rowwise"] > total["tensorwise"] > total["rowwise_with_gw_hp"]
-    assert torchao_rescale_bytes(replace(TITAN, fp8_recipe="rowwise")) == 4.0
-    assert torchao_rescale_bytes(replace(TITAN, fp8_recipe="rowwise", compile=False)) == 12.0
-    assert torchao_rescale_bytes(TITAN) == 0.0
+    assert total["rowwise"] == max(total.values()) and total["rowwise"] > total["tensorwise"]
+    assert torchao_rescale_bytes(replace(TITAN, fp8_recipe="rowwise")) == (4.0, 4.0)
+    assert torchao_rescale_bytes(replace(TITAN, fp8_recipe="rowwise", compile=False)) == (12.0, 12.0)
+    # rowwise_with_gw_hp: its input gradient has axis-wise scales both sides (the tensorwise weight
+    # scale repeated), so it is rescaled too; its weight gradient is a bf16 GEMM
+    assert torchao_rescale_bytes(replace(TITAN, fp8_recipe="rowwise_with_gw_hp")) == (4.0, 0.0)
+    assert torchao_rescale_bytes(TITAN) == (0.0, 0.0)
     # eager moves more than compiled, recipe by recipe
     for r in TORCHAO_CASTS:
         eager = fp8_casts(L8B, replace(TITAN, fp8_recipe=r, compile=False), False, T)
@@ -126,3 +128,42 @@ def test_torchao_recipes_reach_the_scenario_answer():
     assert tok[""] == tok["tensorwise"] > tok["rowwise"]
     bad = answer({**base, "parallel": {**base["parallel"], "fp8_recipe": "delayed"}})
     assert "fp8_recipe delayed" in bad.get("error", "") and "rowwise" in bad["error"]
+
+
+def test_moe_experts_cast_as_torchaos_grouped_gemm_and_fsdp_decides_the_float8_gather():
+    """The experts' grouped GEMMs run torchao's rowwise float8 (or MXFP8) grouped GEMM with fast
+    accumulation whatever the linears' recipe: no rescale, and their weight gradient in FP8 under
+    rowwise_with_gw_hp too. Without FSDP sharding the tensorwise weights are cast whole each time."""
+    from calculators.specs.fp8 import float8_all_gather, torchao_casts
+    qwen = model_from_name("qwen3-30b-a3b")
+    moe = replace(TITAN, ep=8, recompute="none")
+    assert torchao_casts(moe, True) == torchao_casts(replace(moe, fp8_recipe="rowwise"), True)
+    assert torchao_casts(replace(moe, fp8_recipe="mxfp8"), True) == torchao_casts(replace(moe, fp8_recipe="mxfp8"),
+                                                                                    False)
+    rowwise = fp8_casts(qwen, replace(moe, fp8_recipe="rowwise"), True, 8192)["backward"][0]
+    tensorwise = fp8_casts(qwen, moe, True, 8192)["backward"][0]
+    assert tensorwise < rowwise < 2 * tensorwise          # the experts cast alike; only the linears differ
+    # rowwise_with_gw_hp: the linears' weight gradients in bf16, the experts' in FP8
+    hp = replace(moe, fp8_recipe="rowwise_with_gw_hp")
+    w_hp, w_fp8 = (layer_time(qwen, p, True, H100, PROF).backward_weight for p in (hp, moe))
+    w_bf16 = layer_time(qwen, replace(moe, precision="bf16"), True, H100, PROF).backward_weight
+    assert w_fp8 < w_hp < w_bf16
+    # the float8 all-gather needs FSDP's sharding; without it the weights are cast whole
+    assert float8_all_gather(TITAN) and not float8_all_gather(replace(TITAN, dp=1, tp=8, sp=True))
+    assert not float8_all_gather(replace(TITAN, zero=0))
+    assert torchao_casts(replace(TITAN, zero=0), False)["w"] == (5, 3) and torchao_casts(TITAN, False)["w"] == (0, 2)
+    assert param_gather_bytes(replace(TITAN, zero=0)) == (2.0, 2.0)
+
+
+def test_the_torchtitan_export_names_the_recipe_it_was_costed_with():
+    from calculators.planning.export import export
+    text, _ = export("torchtitan", L8B, ClusterSpec(H100, nodes=1), replace(TITAN, fp8_recipe="rowwise"))
+    assert 'converters = ["quantize.linear.float8"]' in text and 'recipe_name = "rowwise"' in text
+    assert 'filter_fqns = ["output"]' in text and "enable_fsdp_float8_all_gather" not in text
+    tensorwise, _ = export("torchtitan", L8B, ClusterSpec(H100, nodes=1), TITAN)
+    assert "enable_fsdp_float8_all_gather = true" in tensorwise
+    qwen = model_from_name("qwen3-30b-a3b")
+    text, _ = export("torchtitan", qwen, ClusterSpec(gpu_from_name("B200"), nodes=1),
+                     replace(TITAN, ep=8, fp8_recipe="mxfp8"))
+    assert '"quantize.linear.mx", "quantize.grouped_mm.mx"' in text and 'recipe_name = "mxfp8_cublas"' in text
+    assert '"output", "router.gate"' in text and 'fqns = ["experts"]' in text
