@@ -22,8 +22,8 @@ from calculators.time.step import estimate_step
 from calculators.time.timeline import step_timeline
 from playbook.values import scenario_from
 
-_INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "p", "m", "v", "n", "k",
-         "offload_layers", "dispatch_sms")
+_INTS = ("nodes", "gpn", "dp", "dp_replicate", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq", "p", "m",
+         "v", "n", "k", "offload_layers", "dispatch_sms")
 
 
 def _typed(kw: dict) -> dict:

@@ -146,7 +146,7 @@ def scenario_from(values: dict):
         sizes["dp"] = cluster.world // split
     elif fit == "given" and "dp" in values:
         sizes["dp"] = whole(values, "dp")
-    par = {**sizes, **{k: whole(values, k) for k in ("ep", "etp", "vpp", "zero", "mbs", "gbs", "seq",
+    par = {**sizes, **{k: whole(values, k) for k in ("ep", "etp", "vpp", "zero", "dp_replicate", "mbs", "gbs", "seq",
                                                      "offload_layers", "dispatch_sms") if k in values}}
     if values.get("batch") == "follows" and "gbs" in par:
         unit = par.get("dp", 1) * par.get("mbs", 1)

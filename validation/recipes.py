@@ -180,6 +180,14 @@ def fp8_recipe(row: dict) -> str:
                                               ("blockwise", "blockwise"), ("delayed", "delayed")) if words in text), "")
 
 
+def hsdp_replicas(row: dict, dp: int, dp_per_node: int) -> int:
+    """FSDP's replicas where a row says HSDP (shard within a node, replicate across nodes): the
+    data-parallel ranks over those of one node; 1 otherwise, or where they do not divide."""
+    if "hsdp" not in row["other_settings"].lower() or dp_per_node < 1 or dp % dp_per_node:
+        return 1
+    return dp // dp_per_node
+
+
 def offload(settings: str) -> int:
     """The layers a row's Megatron offloads activations of (cpu_offloading_num_layers=N), else 0."""
     found = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", settings)

@@ -144,6 +144,9 @@ def _run(line: int, row: dict) -> Run:
         # part of the job that fits in one (64 of a rack's 72 GPUs for a power-of-two job)
         per_node = max(k for k in range(per_node, gpu.gpus_per_node + 1) if gpus % k == 0)
     cluster = ClusterSpec(gpu, nodes=max(1, gpus // per_node), gpus_per_node=min(per_node, gpus))
+    replicas = recipes.hsdp_replicas(row, dp, cluster.gpus_per_node // (tp * cp))
+    if replicas > 1 and zero >= 2:
+        par = replace(par, dp_replicate=replicas)
     tps = _float(row, "tokens_per_s_per_gpu")
     if tps is None and _float(row, "step_time_s"):
         # a published step time: the step's tokens (its global batch; one micro-batch per data-
@@ -316,8 +319,10 @@ def main() -> None:
     for s in scored:
         p = s.run.par
         label = (f"{s.run.model.name} {s.run.cluster.world}x{s.run.cluster.gpu.name} {p.framework} {p.precision} "
-                 f"tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero} mbs{p.mbs} seq{p.seq} {p.recompute}"
-                 + (" compile" if p.compile else "") + (f" attention={p.attention}" if p.attention else "")
+                 f"tp{p.tp} pp{p.pp} cp{p.cp} ep{p.ep} z{p.zero}"
+                 + (f" hsdp{p.dp_replicate}" if p.dp_replicate > 1 else "")
+                 + f" mbs{p.mbs} seq{p.seq} {p.recompute}" + (" compile" if p.compile else "")
+                 + (f" attention={p.attention}" if p.attention else "")
                  + (f" elementwise={p.elementwise}" if p.elementwise else ""))
         if s.predicted is None:
             print(f"| {label} | {s.run.source} | {s.run.measured or '-'} | not expressible: {s.reason[:120]} | | |")

@@ -35,7 +35,7 @@ from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
 from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, pipeline_grad_bytes, retained_buffers
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig, check_layout, virtual_split
+from ..specs.parallel import ParallelConfig, check_layout, virtual_split, zero_shards
 from ..pipeline.simulate import inflight_microbatches
 from ..pipeline.schedules import n_stages, stages_of_rank
 
@@ -215,8 +215,7 @@ class _Context:
         self.model, self.par = model, par
         layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
                                  master_dtype(par))
-        dense_shard = par.dp * par.cp
-        expert_shard = max(1, par.dp * par.cp * par.tp // (par.ep * par.etp))
+        dense_shard, expert_shard = zero_shards(par)
         # gradient bytes per parameter (dense, expert) between steps, once the last reduction is done
         rep, sh = layout["grads"]
         self.grads_between = (rep + sh / dense_shard, rep + sh / expert_shard)

@@ -236,7 +236,8 @@ def _torchtitan_fp8(model, par) -> list:
 
 def _torchtitan(model, cluster, par, _ref):
     notes = []
-    replicate, shard = (par.dp, 1) if par.zero == 0 else (1, par.dp)
+    replicate = par.dp if par.zero == 0 else par.dp_replicate          # HSDP: dp_replicate replicas
+    shard = par.dp // replicate
     if par.zero in (1, 2):
         notes.append(f"torchtitan shards with FSDP2 (ZeRO-3); ZeRO-{par.zero} maps to fully_shard with "
                      "reshard_after_forward=False, which keeps the gathered weights through backward")

@@ -160,10 +160,10 @@ def float8_all_gather(par) -> bool:
     """Whether FSDP gathers torchao's tensorwise float8 weights in float8: the calculators take the
     setting torchao's and torchtitan's float8 benchmarks run (enable_fsdp_float8_all_gather with
     precomputed scales; torchtitan's own default is off) wherever FSDP shards the weights (ZeRO 2/3
-    over more than one data-parallel or context-parallel rank); torchtitan refuses it with a recipe
+    over more than one rank of a replica); torchtitan refuses it with a recipe
     name, so rowwise and MX gather bf16."""
     return (par.framework == "fsdp2" and par.precision == "fp8" and fp8_recipe(par) == "tensorwise"
-            and par.zero >= 2 and par.dp * par.cp > 1)
+            and par.zero >= 2 and par.dp * par.cp // max(1, par.dp_replicate) > 1)
 
 
 def torchao_rescale_bytes(par) -> tuple[float, float]:

@@ -40,6 +40,8 @@ DEFAULT_FRAMEWORK = "megatron"
 @dataclass(frozen=True)
 class ParallelConfig:
     dp: int = 1                  # d, data-parallel replicas
+    dp_replicate: int = 1        # HSDP under fsdp2 (ZeRO 2/3): FSDP shards over dp*cp / dp_replicate ranks and
+                                 # those groups replicate (torchtitan's data_parallel_replicate_degree); 1: one group
     tp: int = 1                  # t, tensor parallel
     pp: int = 1                  # p, pipeline stages
     cp: int = 1                  # c, context parallel (sequence split for attention)
@@ -232,6 +234,18 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
             lambda: f"gbs={par.gbs} must be a multiple of dp*mbs = {d}*{par.mbs} = {d * par.mbs}; "
             f"nearest valid gbs: {max(1, round(par.gbs / (d * par.mbs))) * d * par.mbs}")
     m = max(1, par.gbs // (d * par.mbs))
+    if par.dp_replicate > 1:
+        require(p, d % par.dp_replicate == 0,
+                lambda: f"dp_replicate={par.dp_replicate} must divide dp={d} (HSDP: dp / dp_replicate ranks shard "
+                f"each replica); try dp_replicate in {_divisors(d, 64)}")
+        expert_ranks = zero_shards(replace(par, dp_replicate=1))[1]
+        require(p, model.moe is None or par.ep == 1 or expert_ranks % par.dp_replicate == 0,
+                lambda: f"dp_replicate={par.dp_replicate} must divide the experts' data-parallel ranks, "
+                f"dp*cp*tp / (ep*etp) = {expert_ranks}: lower ep or dp_replicate")
+        require(p, par.framework == "fsdp2" and par.zero >= 2,
+                lambda: f"dp_replicate={par.dp_replicate} is FSDP2's hybrid sharding (HSDP), under zero 2 or 3; "
+                + (f"at zero {par.zero} every data-parallel rank is already a replica: leave it 1"
+                   if par.framework == "fsdp2" else f"{par.framework} has no such knob: leave it 1"))
     require(p, model.layers >= pp * v or bool(par.split or virtual_split(model.layers, pp, v, par.framework)),
             lambda: f"layers={model.layers} cannot fill pp*vpp = {pp}*{v} = {pp * v} stages; lower pp or vpp")
     if par.split:
@@ -361,6 +375,14 @@ def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWOR
         return megatron_split(layers, p * v)
     except ConfigError:
         return ()
+
+
+def zero_shards(par: ParallelConfig) -> tuple[int, int]:
+    """(dense, expert) ranks one ZeRO / FSDP shard spans: the dense weights over dp*cp, the experts
+    over their data-parallel replicas (dp*cp*tp / (ep*etp)); under HSDP (dp_replicate) each replica
+    shards over its own share of them."""
+    r = max(1, par.dp_replicate)
+    return max(1, par.dp * par.cp // r), max(1, par.dp * par.cp * par.tp // (par.ep * par.etp) // r)
 
 
 def _divisors(n: int, cap: int) -> list[int]:

@@ -104,6 +104,20 @@ def _group(members: tuple, sizes: tuple, g: int, nodes: int, order: tuple) -> Gr
     return Group(n, per_node, spans, sharing=_stage_nodes(nodes, sizes["pp"], joined))
 
 
+def hsdp_groups(g: Group, replicas: int) -> tuple[Group, Group]:
+    """HSDP's two groups inside a data-parallel group `g` of `replicas` replicas: one replica's shard
+    group (g.size / replicas consecutive ranks, the innermost of g on the grid, as torchtitan's
+    (dp_replicate, dp_shard) mesh lays them out) and the replicas of one shard (strided by the
+    shard size). A group that does not split evenly stays whole, with no replicas."""
+    if replicas <= 1 or g.size % replicas or g.size <= 1:
+        return g, Group(1, 1, 1)
+    s = g.size // replicas
+    k = min(s, g.per_node)
+    shard = Group(s, k, math.ceil(s / k), sharing=g.sharing) if s > 1 else Group(1, 1, 1)
+    per_node = min(replicas, max(1, g.per_node // s))        # replicas whose shards share a node
+    return shard, Group(replicas, per_node, math.ceil(replicas / per_node), sharing=g.sharing)
+
+
 def _stage_nodes(nodes: int, pp: int, spans: int) -> int:
     """Nodes whose groups run a collective at the same moment when it is not the gradient sync (TP,
     CP, EP, and a stage's pipeline sends): one stage's."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..memory.activations import BF16
-from .comm import collective_time
+from .comm import collective_time, hsdp_groups
 from ..specs.fp8 import fp8_layer_params, param_gather_bytes
 from ..specs.frameworks import grad_bucket_bytes, param_gather_count
 from ..specs.overlap import param_gather_overlapped
@@ -46,16 +46,20 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
     (overlap.param_gather_overlapped), all but the first unit hide behind the rank's forward of
     its first micro-batch (`first_fwd`)."""
     sync, exposed_extra, hidden_extra = 0.0, 0.0, 0.0
-    for params, g, count, nbytes in ((dense, dense_g, tensors[0], gather[0]),
-                                     (expert, expert_g, tensors[1], gather[1])):
-        if params <= 0 or g.size <= 1:
+    for params, whole, count, nbytes in ((dense, dense_g, tensors[0], gather[0]),
+                                         (expert, expert_g, tensors[1], gather[1])):
+        if params <= 0 or whole.size <= 1:
             continue
+        # HSDP: gathers and reduce-scatters within a replica's shard group, then the gradient shard
+        # all-reduced across the replicas (FSDP2's HSDP: reduce-scatter, then all-reduce)
+        g, reps = hsdp_groups(whole, par.dp_replicate)
         if par.zero in (0, 1, 2):
             total = grad_bytes * params
             bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
             n = max(1, math.ceil(total / bucket)) if bucket else max(1, units)
             sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
                                         profile)
+            sync += n * collective_time("all_reduce", total / n / g.size, reps, cluster, profile)
             if par.zero:
                 k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
                 gather = k * collective_time("all_gather", nbytes * params / k, g, cluster, profile)
@@ -69,7 +73,8 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
             # and its last reduce-scatter nothing after: those two wait.
             k = max(1, units)
             gather = collective_time("all_gather", nbytes * params / k, g, cluster, profile)
-            scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile)
+            scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile) + \
+                collective_time("all_reduce", grad_bytes * params / k / g.size, reps, cluster, profile)
             per_mb = k * (2 * gather + scatter)
             hidden = min(per_mb, profile.overlap["zero3"] * compute)
             edges = min(gather + scatter, m * hidden)

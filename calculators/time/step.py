@@ -46,7 +46,7 @@ from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig
+from ..specs.parallel import ParallelConfig, zero_shards
 from ..pipeline.simulate import Timeline, simulate_long
 from ..pipeline.schedules import n_stages, stage_owner, stages_of_rank
 from .attention import kernel_note
@@ -271,9 +271,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
                                                     gather)
         windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
         dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
-        shard = dense_g.size if par.zero >= 1 else 1
-        opt = optimizer_time(dense / shard + expert / (expert_g.size if par.zero >= 1 else 1), gpu, profile,
-                             optimizer_bytes(par))
+        shards = zero_shards(par) if par.zero >= 1 else (1, 1)
+        opt = optimizer_time(dense / shards[0] + expert / shards[1], gpu, profile, optimizer_bytes(par))
         if dp_exposed + exposed_extra + opt >= tail:
             tail = dp_exposed + exposed_extra + opt
             tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,
