@@ -239,7 +239,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                 lambda: f"dp_replicate={par.dp_replicate} must divide dp={d} (HSDP: dp / dp_replicate ranks shard "
                 f"each replica); try dp_replicate in {_divisors(d, 64)}")
         expert_ranks = zero_shards(replace(par, dp_replicate=1))[1]
-        require(p, model.moe is None or par.ep == 1 or expert_ranks % par.dp_replicate == 0,
+        require(p, model.moe is None or expert_ranks % par.dp_replicate == 0,
                 lambda: f"dp_replicate={par.dp_replicate} must divide the experts' data-parallel ranks, "
                 f"dp*cp*tp / (ep*etp) = {expert_ranks}: lower ep or dp_replicate")
         require(p, par.framework == "fsdp2" and par.zero >= 2,

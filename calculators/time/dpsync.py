@@ -20,6 +20,15 @@ def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     return dense, expert
 
 
+def fsdp_reduces_every_micro_batch(par) -> bool:
+    """Whether FSDP2 reduce-scatters (and, under HSDP, all-reduces) each micro-batch's gradients:
+    at ZeRO 2/3 without a pipeline, as torchtitan runs its gradient accumulation (it never calls
+    set_requires_gradient_sync(False); fully_shard reduces at every backward, at every micro-batch
+    on a fake process group too, tests/calculators/test_hsdp.py). Under a pipeline, PyTorch's
+    stage turns the sync off until the last micro-batch."""
+    return par.framework == "fsdp2" and par.zero >= 2 and par.pp == 1
+
+
 def gather_bytes(model, par, n_dense: int, n_moe: int, dense: float, expert: float) -> tuple[float, float]:
     """(dense, expert) bytes per parameter of one pipeline rank's weight all-gathers, holding
     `n_dense` dense and `n_moe` MoE layers and `dense` and `expert` parameters: bf16, but the FP8
@@ -57,9 +66,15 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
             total = grad_bytes * params
             bucket = grad_bucket_bytes(par.framework, par.zero, g.size, grad_bytes)
             n = max(1, math.ceil(total / bucket)) if bucket else max(1, units)
-            sync += n * collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
-                                        profile)
-            sync += n * collective_time("all_reduce", total / n / g.size, reps, cluster, profile)
+            reduce = n * (collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
+                                          profile) + collective_time("all_reduce", total / n / g.size, reps, cluster,
+                                                                     profile))
+            if fsdp_reduces_every_micro_batch(par) and m > 1:
+                # FSDP2 reduces each micro-batch's gradients (torchtitan never turns the sync off): the
+                # earlier ones run behind their own micro-batch's compute, the last one's as below
+                hid = min((m - 1) * reduce, (m - 1) * profile.overlap["zero3"] * compute)
+                exposed_extra, hidden_extra = exposed_extra + (m - 1) * reduce - hid, hidden_extra + hid
+            sync += reduce
             if par.zero:
                 k = param_gather_count(par.framework, par.zero, g.size, params, count, units)
                 gather = k * collective_time("all_gather", nbytes * params / k, g, cluster, profile)
@@ -75,9 +90,12 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
             gather = collective_time("all_gather", nbytes * params / k, g, cluster, profile)
             scatter = collective_time("reduce_scatter", grad_bytes * params / k, g, cluster, profile) + \
                 collective_time("all_reduce", grad_bytes * params / k / g.size, reps, cluster, profile)
-            per_mb = k * (2 * gather + scatter)
-            hidden = min(per_mb, profile.overlap["zero3"] * compute)
-            edges = min(gather + scatter, m * hidden)
-            exposed_extra += m * (per_mb - hidden) + edges
-            hidden_extra += m * hidden - edges
+            # gradients are reduced every micro-batch, but under a pipeline PyTorch's stage holds them
+            # until the last one (frameworks.pipeline_grad_bytes) and reduces once a step
+            reduces = m if fsdp_reduces_every_micro_batch(par) or par.framework != "fsdp2" else 1
+            total = k * (2 * gather * m + scatter * reduces)
+            hidden = min(total, profile.overlap["zero3"] * compute * m)
+            edges = min(gather + scatter, hidden)
+            exposed_extra += total - hidden + edges
+            hidden_extra += hidden - edges
     return sync, exposed_extra, hidden_extra

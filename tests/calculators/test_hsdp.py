@@ -53,6 +53,75 @@ def test_each_rank_holds_what_fully_shard_gives_it_on_a_replicate_by_shard_mesh(
         dist.destroy_process_group()
 
 
+def test_fully_shard_reduces_every_micro_batch_and_hsdp_all_reduces_each_time():
+    """What dp_sync charges FSDP2 for: one reduce-scatter per FSDP unit per micro-batch, and under
+    HSDP one all-reduce across the replicas after each (PyTorch's collectives counted on a fake
+    process group, three micro-batches of gradient accumulation with the sync left on, as torchtitan
+    runs it), at ZeRO 3 and at ZeRO 2 (reshard_after_forward False) alike."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from calculators.time.dpsync import fsdp_reduces_every_micro_batch
+    scatter = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+    counts = {"all_reduce": 0, scatter: 0}
+    originals = {name: getattr(dist, name) for name in counts}
+
+    def counting(name):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return originals[name](*args, **kwargs)
+        return call
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=5, world_size=16)
+    try:
+        for name in counts:
+            setattr(dist, name, counting(name))
+        for replicas, reshard in ((4, True), (4, False), (1, True)):
+            mesh = init_device_mesh("cpu", (replicas, 16 // replicas), mesh_dim_names=("replicate", "shard")) \
+                if replicas > 1 else init_device_mesh("cpu", (16,), mesh_dim_names=("shard",))
+            net = nn.Sequential(nn.Linear(64, 256, bias=False), nn.Linear(256, 64, bias=False))
+            for layer in net:
+                fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(net, mesh=mesh, reshard_after_forward=reshard)
+            for name in counts:
+                counts[name] = 0
+            for _ in range(3):
+                net(torch.randn(2, 64)).sum().backward()
+            assert counts[scatter] == 3 * 2
+            assert counts["all_reduce"] == (3 * 2 if replicas > 1 else 0)
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+        dist.destroy_process_group()
+    for zero in (2, 3):
+        assert fsdp_reduces_every_micro_batch(replace(FSDP, zero=zero))
+        assert not fsdp_reduces_every_micro_batch(replace(FSDP, zero=zero, pp=2))
+
+
+def test_dp_sync_adds_the_replicas_all_reduce_and_keeps_the_gathers_in_the_shard_group():
+    from calculators.time.comm import collective_time
+    from calculators.time.dpsync import dp_sync
+    from calculators.time.profiles import default_profile
+    cluster, prof = ClusterSpec(H100, nodes=4), default_profile("H100-80GB")
+    whole = Group(32, 8, 4, 4)
+    params, compute = 2e9, 0.0                     # no compute: everything the collectives take is exposed
+    fsdp = dp_sync(params, 0, compute, 1, FSDP, cluster, prof, whole, Group(1, 1, 1), 4.0, (1, 0), 1)
+    hsdp = dp_sync(params, 0, compute, 1, replace(FSDP, dp_replicate=4), cluster, prof, whole, Group(1, 1, 1),
+                   4.0, (1, 0), 1)
+    shard, reps = hsdp_groups(whole, 4)
+    expected = (2 * collective_time("all_gather", 2 * params, shard, cluster, prof)   # forward and backward
+                + collective_time("reduce_scatter", 4 * params, shard, cluster, prof)
+                + collective_time("all_reduce", 4 * params / 8, reps, cluster, prof))
+    assert hsdp[1] == pytest.approx(expected)
+    assert fsdp[1] != pytest.approx(hsdp[1])
+    # ZeRO 2 without a pipeline: each of m micro-batches reduces; with m = 4 and no compute, 4 times
+    z2 = replace(FSDP, zero=2, dp_replicate=4)
+    one = dp_sync(params, 0, compute, 1, z2, cluster, prof, whole, Group(1, 1, 1), 4.0, (1, 0), 1)
+    four = dp_sync(params, 0, compute, 4, z2, cluster, prof, whole, Group(1, 1, 1), 4.0, (1, 0), 1)
+    assert four[0] == pytest.approx(one[0]) and four[1] == pytest.approx(one[1] + 3 * one[0])
+
+
 def test_hsdp_groups_split_the_data_parallel_group_by_node():
     shard, reps = hsdp_groups(Group(32, 8, 4, 4), 4)
     assert (shard.size, shard.per_node, shard.nodes) == (8, 8, 1)
@@ -63,7 +132,7 @@ def test_hsdp_groups_split_the_data_parallel_group_by_node():
     assert hsdp_groups(Group(32, 8, 4, 4), 3)[0].size == 32      # uneven: left whole
 
 
-def test_hsdp_holds_more_state_per_gpu_and_moves_its_gathers_into_the_node():
+def test_hsdp_holds_more_state_per_gpu_and_exports_its_degrees():
     cluster = ClusterSpec(H100, nodes=4)
     fsdp, hsdp = FSDP, replace(FSDP, dp_replicate=4)
     m_fsdp, m_hsdp = (estimate_memory(L8B, cluster, p) for p in (fsdp, hsdp))
@@ -76,9 +145,17 @@ def test_hsdp_holds_more_state_per_gpu_and_moves_its_gathers_into_the_node():
     # the step: the same compute; within 5% here (gathers inside a node, the gradient all-reduced across)
     s_fsdp, s_hsdp = (estimate_step(L8B, cluster, p) for p in (fsdp, hsdp))
     assert s_fsdp.breakdown["compute"] == pytest.approx(s_hsdp.breakdown["compute"])
+    assert s_hsdp.breakdown["optimizer"] == pytest.approx(4 * s_fsdp.breakdown["optimizer"])  # its shard of 8, not 32
     assert s_hsdp.tokens_per_s_per_gpu == pytest.approx(s_fsdp.tokens_per_s_per_gpu, rel=0.05)
     text, _ = export("torchtitan", L8B, cluster, hsdp)
     assert "data_parallel_replicate_degree = 4" in text and "data_parallel_shard_degree = 8" in text
+
+
+def test_experts_must_split_over_the_replicas_too():
+    mixtral = model_from_name("mixtral-8x7b")
+    par = replace(FSDP, dp_replicate=32, etp=2)               # the experts' 16 data-parallel ranks
+    with pytest.raises(ConfigError, match="experts' data-parallel ranks"):
+        check_layout(mixtral, ClusterSpec(H100, nodes=4), par)
 
 
 @pytest.mark.parametrize("change, words", [
