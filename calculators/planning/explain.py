@@ -53,7 +53,8 @@ def label(p: ParallelConfig) -> str:
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     parts += [f"offload={p.offload_modules}"] if p.offload_modules else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
-    parts += [f"zero{p.zero}", f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
+    parts += [f"zero{p.zero}"] + ([f"hsdp{p.dp_replicate}"] if p.dp_replicate > 1 else [])
+    parts += [f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
     if p.split:
         parts.append("split=" + runs_text(p.split))
     return " ".join(parts)

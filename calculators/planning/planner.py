@@ -33,7 +33,7 @@ from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig, derive, virtual_split
+from ..specs.parallel import ParallelConfig, derive, virtual_split, zero_shards
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
 from .space import one_microbatch, space, structures
@@ -96,7 +96,7 @@ class _Search:
 
     def stage_costs(self, par):
         """stage_costs, shared by a layout's ZeRO stages (ZeRO does not change them)."""
-        key = derive(par, zero=0) if par.zero else par
+        key = derive(par, zero=0, dp_replicate=1) if par.zero or par.dp_replicate > 1 else par
         if key not in self.costs:
             self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
         return self.costs[key]
@@ -229,8 +229,26 @@ class _Search:
                                     break
                                 continue
                             fitted = True
+                            for replicas in self.hsdp_replicas(par):
+                                self._least_recompute(derive(par, dp_replicate=replicas), set())
                         if not fitted:
                             break
+
+    def hsdp_replicas(self, par) -> list:
+        """HSDP variants (parallel.dp_replicate) of an FSDP2 ZeRO 2/3 layout: shard groups of 1, 4 and
+        16 nodes' data-parallel ranks, fewer per gather for more state (they pay at thousands of GPUs)."""
+        if self.framework != "fsdp2" or par.zero < 2 or self.cluster.gpus_per_node % par.tp:
+            return []
+        ranks, per_node = par.dp * par.cp, self.cluster.gpus_per_node // par.tp
+        experts = zero_shards(par)[1]
+        out = []
+        for nodes in (1, 4, 16):
+            shard = per_node * nodes
+            replicas = ranks // shard
+            if ranks % shard or replicas <= 1 or par.dp % replicas or (self.model.moe and experts % replicas):
+                continue
+            out.append(replicas)
+        return out
 
     def virtual_split(self, p: int, v: int) -> tuple:
         return virtual_split(self.model.layers, p, v, self.framework)

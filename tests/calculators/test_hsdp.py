@@ -166,3 +166,19 @@ def test_experts_must_split_over_the_replicas_too():
 def test_dp_replicate_outside_fsdp2_sharding_is_refused_by_name(change, words):
     with pytest.raises(ConfigError, match=words):
         check_layout(L8B, ClusterSpec(H100, nodes=4), replace(FSDP, **change))
+
+
+def test_the_planner_takes_hsdp_where_it_pays_and_not_where_it_does_not():
+    """At 8,192 GPUs FSDP's gathers over every rank wait on their latency, and the planner's fastest
+    FSDP2 layout shards within groups of nodes; at 128 GPUs it shards over all of them."""
+    from calculators.planning.planner import plan
+    large = ClusterSpec(H100, nodes=1024)
+    result = plan(L8B, large, seq=8192, gbs=8192, constraints={"framework": "fsdp2"})
+    best = result.plans[0].par
+    assert best.dp_replicate > 1 and "hsdp" in result.plans[0].label()
+    check_layout(L8B, large, best)                               # a layout PyTorch can build
+    assert best.dp * best.cp % best.dp_replicate == 0
+    flat = estimate_step(L8B, large, replace(best, dp_replicate=1)).time_s
+    assert result.plans[0].step.time_s < flat
+    small = plan(L8B, ClusterSpec(H100, nodes=16), seq=8192, gbs=128, constraints={"framework": "fsdp2"})
+    assert small.plans[0].par.dp_replicate == 1
