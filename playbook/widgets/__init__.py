@@ -44,8 +44,6 @@ class Widget:
     narrow: str = limits.NARROW                      # how to ask for less when that is spent (its own controls)
 
 
-
-
 # name, component factory, default. Factories take the value.
 def _slider(lo, hi, label, step=1):
     return lambda v: gr.Slider(lo, hi, v, step=step, label=label)
@@ -80,6 +78,7 @@ SCENARIO = {
                                                ("both", "core_attn+attn_proj+expert_fc1+moe_act")], value=v,
                                               label="modules whose saved tensors wait in host memory (Megatron)"), ""),
     "zero": (lambda v: gr.Radio([0, 1, 2, 3], value=v, label="ZeRO stage"), 1),
+    "dp_replicate": (_slider(1, 128, "HSDP replicas (fsdp2, ZeRO 2/3; 1: FSDP over every rank)"), 1),
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),
     "tp_overlap": (lambda v: gr.Checkbox(v, label="TP comm overlapped with GEMMs (Megatron/TE)"), False),
     "mbs": (_slider(1, 32, "micro-batch (sequences)"), 1),

@@ -14,8 +14,8 @@ from playbook.values import scenario_from
 from . import Widget, scenario_controls, which_model, wire
 
 CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
-KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs",
-        "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
+KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_replicate", "sp",
+        "mbs", "gbs", "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
         "offload_layers", "offload_modules", "precision", "fp8_recipe", "fp8_weights")
 
 
