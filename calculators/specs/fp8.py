@@ -162,8 +162,9 @@ def float8_all_gather(par) -> bool:
     precomputed scales; torchtitan's own default is off) wherever FSDP shards the weights (ZeRO 2/3
     over more than one rank of a replica); torchtitan refuses it with a recipe
     name, so rowwise and MX gather bf16."""
+    from .parallel import zero_shards            # here: parallel imports this module through overlap.py
     return (par.framework == "fsdp2" and par.precision == "fp8" and fp8_recipe(par) == "tensorwise"
-            and par.zero >= 2 and par.dp * par.cp // max(1, par.dp_replicate) > 1)
+            and par.zero >= 2 and zero_shards(par)[0] > 1)
 
 
 def torchao_rescale_bytes(par) -> tuple[float, float]:

@@ -286,9 +286,10 @@ def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypa
 
 
 def test_runs_on_a_gpu_the_source_only_bounds_say_what_the_bound_moves(scored):
-    """Meta's 500 W H100s (torchtitan's benchmarks, and torchao's float8 table): read as a custom GPU at the midpoint of the
-    peak its source bounds (validation/gpus.py) and scored at both ends too: a higher peak predicts
-    every run faster, and each source on it stays within the issue's 20% at the peak taken."""
+    """Meta's 500 W H100s (torchtitan's benchmarks, and torchao's float8 table): read as a custom GPU
+    at the midpoint of the peak its source bounds (validation/gpus.py) and scored at both ends too:
+    a higher peak predicts every run faster, and each source on it stays within the issue's 20% at
+    the peak taken."""
     from validation.gpus import PEAK_BOUND, at_peak
     from validation.stacks import peak_bound
     rows, _ = scored
