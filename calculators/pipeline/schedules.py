@@ -192,9 +192,9 @@ KINDS = "FBIW"                   # KIND_INDEX's keys, in order
 
 
 def order_arrays(schedule: str, p: int, v: int, m: int, r: int) -> tuple:
-    """rank_order's ops as (kind index, stage, micro-batch) arrays. GPipe, 1F1B and ZB-H1 are
-    built with numpy from their closed forms (the planner simulates 10^5-op pipelines; building
-    them op by op cost as much as timing them); the others are read off rank_order."""
+    """rank_order's ops as (kind index, stage, micro-batch) arrays. GPipe, 1F1B, ZB-H1 and
+    interleaved 1F1B are built with numpy from their closed forms (the planner simulates 10^5-op
+    pipelines; building them op by op cost as much as timing them); DualPipeV is read off rank_order."""
     F, B, I, W = (KIND_INDEX[k] for k in KINDS)
     if schedule == "gpipe":
         return np.repeat([F, B], m), np.full(2 * m, r), np.tile(np.arange(m), 2)
@@ -219,7 +219,34 @@ def order_arrays(schedule: str, p: int, v: int, m: int, r: int) -> tuple:
             kind = np.concatenate([kind, np.full(m - done, W)])
             mb = np.concatenate([mb, np.arange(done, m)])
         return kind, np.full(len(kind), r), mb
+    if schedule == "interleaved":
+        return _interleaved_arrays(p, v, m, r)
     ops = [op for item in rank_order(schedule, p, v, m, r) for op in (item if isinstance(item[0], tuple) else (item,))]
     kinds, stages, mbs = zip(*ops) if ops else ((), (), ())
     return (np.array([KIND_INDEX[k] for k in kinds], dtype=np.int64), np.array(stages, dtype=np.int64),
             np.array(mbs, dtype=np.int64))
+
+
+def _interleaved_arrays(p: int, v: int, m: int, r: int) -> tuple:
+    """_interleaved's order with numpy: the k-th forward runs chunk (k // per_round) mod v, the k-th
+    backward chunk v-1 - (k // per_round) mod v, each on its chunk's next micro-batch; warm-up
+    forwards, then forward/backward pairs, then the cool-down's backwards."""
+    rounds = max(1, m // p)
+    per_round, total = m // rounds, m * v
+    warm = min((v - 1) * per_round + 2 * (p - 1 - r), total)
+    k = np.arange(total)
+    chunks = {"F": (k // per_round) % v, "B": v - 1 - (k // per_round) % v}
+    stage, mb = {}, {}
+    for key, c in chunks.items():
+        mb[key] = np.empty(total, dtype=np.int64)
+        for chunk in range(v):                  # each chunk's micro-batches in the order it meets them
+            at = c == chunk
+            mb[key][at] = np.arange(int(at.sum()))
+        stage[key] = c * p + r
+    n = total - warm
+    F, B = KIND_INDEX["F"], KIND_INDEX["B"]
+
+    def interleave(key_f, key_b):
+        return np.concatenate([key_f[:warm], np.stack([key_f[warm:], key_b[:n]], axis=1).ravel(), key_b[n:]])
+    kind = interleave(np.full(total, F), np.full(total, B))
+    return kind, interleave(stage["F"], stage["B"]), interleave(mb["F"], mb["B"])

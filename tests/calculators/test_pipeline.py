@@ -144,7 +144,7 @@ def test_inflight_closed_forms_equal_the_simulated_peaks():
 
 
 def test_order_arrays_are_rank_order_op_for_op():
-    """The simulator's numpy-built orders (GPipe, 1F1B, ZB-H1 in closed form) are rank_order's."""
+    """The simulator's numpy-built orders (GPipe, 1F1B, ZB-H1, interleaved in closed form) are rank_order's."""
     from calculators.pipeline.schedules import KINDS, order_arrays
     for schedule in SCHEDULE_NAMES:
         for p in range(1, 9):
