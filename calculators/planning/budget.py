@@ -117,7 +117,8 @@ def _search(key: tuple, seconds: float | None = None) -> tuple:
     hardware = json.loads(hardware_key)
     with limits.time_budget(seconds if seconds is not None else math.inf, "this budget"):
         cluster = _cluster(hardware, gpus)
-        result = plan(model, cluster, seq, gbs, json.loads(constraints_key), parse_profile(hardware, cluster))
+        result = plan(model, cluster, seq, gbs, json.loads(constraints_key), parse_profile(hardware, cluster),
+                      only_best=True)
     if result.plans:
         return ("ok", result.plans[0])
     return ("impossible", result.impossible, result.min_gpus)

@@ -38,7 +38,7 @@ from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
 from .space import one_microbatch, space, structures
 from .split import balance_split
-from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs
+from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs, zero_terms
 
 __all__ = ["plan", "balance_split", "Plan", "PlanResult", "Rejected"]
 
@@ -48,10 +48,9 @@ PRUNE = 1.15                     # skip a structure whose optimistic time is thi
 
 # --------------------------------------------------------------------------- the search
 def _prefer(allowed: list, smaller: tuple, takes: bool) -> str:
-    """The first of `smaller` (less memory, fewer bytes: bf16 gradients or moments, masters as none,
-    remainders or 16 bits) the constraints allow, where the framework takes it, else the first other value
-    allowed (a list that allows only those keeps its first: its layouts are refused with the
-    framework's reason)."""
+    """The first of `smaller` (less memory, fewer bytes: bf16 gradients or moments, masters as none, remainders
+    or 16 bits) the constraints allow, where the framework takes it, else the first other value allowed (a
+    list that allows only those keeps its first: its layouts are refused with the framework's reason)."""
     found = next((v for v in smaller if v in allowed), None) if takes else None
     return found or next((v for v in allowed if v not in smaller), allowed[0])
 
@@ -66,7 +65,7 @@ class _Search:
         self.scored: list[tuple[float, ParallelConfig]] = []
         self.times: dict[ParallelConfig, float] = {}
         self.memories: dict = {}            # par -> PeakMemory or the ConfigError it raised
-        self.costs: dict = {}               # par at ZeRO-0 -> its StageCosts, shared by its ZeRO stages
+        self.costs: dict = {}               # (par at ZeRO 0, zero_terms) -> its StageCosts
         self.leaders: list[float] = []      # the best FINALISTS closed-form times so far
         self.led: set = set()               # the layouts that fit and were scored
         self.rejected: list[Rejected] = []
@@ -95,8 +94,9 @@ class _Search:
         return t
 
     def stage_costs(self, par):
-        """stage_costs, shared by a layout's ZeRO stages (ZeRO does not change them)."""
-        key = derive(par, zero=0, dp_replicate=1) if par.zero or par.dp_replicate > 1 else par
+        """stage_costs, shared by ZeRO stages and HSDP degrees that cost the same inside the pipeline
+        (step.zero_terms: FSDP2's ZeRO 2/3 and DeepSpeed's ZeRO 3 copy around their collectives)."""
+        key = (derive(par, zero=0, dp_replicate=1) if par.zero or par.dp_replicate > 1 else par, zero_terms(par))
         if key not in self.costs:
             self.costs[key] = stage_costs(self.model, self.cluster, par, self.profile)
         return self.costs[key]
@@ -153,9 +153,8 @@ class _Search:
                                       master_dtype=_prefer(sp["master_dtype"], ("none", "remainder", "16bit"),
                                                            self.framework == "megatron"),
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
-                                      offload_modules=sp["offload_modules"][0],
-                                      gbs=self.gbs, mbs=min(sp["mbs"]), zero=zero,
-                                      recompute=sp["recompute"][-1], precision=sp["precision"][0],
+                                      offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
+                                      zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
                 base = self.fastest_dispatch(base)
@@ -339,8 +338,9 @@ class _Search:
 
 # ------------------------------------------------------------------------------- the plan
 def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints: dict | None = None,
-         profile: HardwareProfile | None = None, top: int = 5) -> PlanResult:
-    """Ranked layouts that fit, fastest first, with the rejected ones that came closest."""
+         profile: HardwareProfile | None = None, top: int = 5, only_best: bool = False) -> PlanResult:
+    """Ranked layouts that fit, fastest first, with the rejected ones that came closest. only_best: just
+    the first is wanted (the budget's): the same one, not simulating finalists whose floor is slower."""
     t0 = time.perf_counter()
     constraints = dict(constraints or {})
     top = constraints.pop("top", top)
@@ -360,12 +360,12 @@ def plan(model: ModelSpec, cluster: ClusterSpec, seq: int, gbs: int, constraints
             if key not in closed or t < closed[key][0]:
                 closed[key] = (t, cand)
     leaders = distinct(sorted(closed.values(), key=lambda x: (round(x[0], 4), x[1].cp, x[1].zero, x[1].mbs)))
-    # the closed form ranks; the simulator, which times the schedules' real overlap (ZB's W
-    # filling the drain, uneven stages), decides among twice as many as are shown
-    timed = []
+    # the closed form ranks; the simulator (the schedules' real overlap: ZB's W filling the drain, uneven
+    # stages) decides among twice as many as are shown
+    timed, need = [], 1 if only_best else top
     for _, par in leaders[:2 * top]:
         shown = sorted(p.step.time_s for p in timed)
-        if len(shown) >= top and search.floor(par) > shown[top - 1] * (1 + 1e-9):
+        if len(shown) >= need and search.floor(par) > shown[need - 1] * (1 + 1e-9):
             continue        # its busiest rank's work alone is slower than every plan shown: skip its simulation
         simulated = _simulated(search, par)
         if simulated is not None:

@@ -3,8 +3,6 @@ sequence length (defaults, narrowed by the user's constraints), and the valid (t
 ep, etp) structures on the cluster."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..memory.estimate import ddp_buckets, late_grads
 from ..specs import limits
 from ..specs.errors import ConfigError
@@ -13,7 +11,7 @@ from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
 from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
-                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES)
+                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive)
 from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
                                order as recompute_order)
 from ..specs.validate import choice, flag, integer, show
@@ -166,10 +164,10 @@ def one_microbatch(par, mbs_allowed) -> int | None:
     as the activations go; estimate.ddp_buckets: the parameters' .grad do, beside the buckets) and
     the space allows it; None otherwise. Memory grows with mbs everywhere else."""
     mbs = par.gbs // par.dp if par.dp and par.gbs % par.dp == 0 else 0
-    one = replace(par, mbs=mbs) if mbs else par
-    if mbs <= par.mbs or mbs not in mbs_allowed or not (late_grads(one) or (ddp_buckets(one) and one.pp == 1)):
+    if mbs <= par.mbs or mbs not in mbs_allowed:
         return None
-    return mbs
+    one = derive(par, mbs=mbs)          # a value of the checked space: no need to check it again
+    return mbs if late_grads(one) or (ddp_buckets(one) and one.pp == 1) else None
 
 
 def node_counts(start: int, gpus_per_node: int) -> list[int]:

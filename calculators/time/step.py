@@ -30,7 +30,9 @@ dense bf16 peak; HFU adds recompute. Both are stated with their convention in `a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
+
+import numpy as np
 
 from . import flops as fl
 from ..memory.activations import BF16, tokens
@@ -83,6 +85,27 @@ class StageCosts:
     parts: dict                  # per (moe?, recompute mode): (LayerTime, {comm kind: (fwd, bwd, hidden)},
                                  #   seconds the GPU waits for the host)
     layers: tuple                # layer indices per pipeline rank
+    stages: tuple                # stage indices per pipeline rank (stages_of_rank)
+
+    @cached_property
+    def rank_sums(self) -> tuple:
+        """Per pipeline rank: (all its work, its backwards, its forwards) per micro-batch, and
+        whether it holds the first and the last stage (pipeline_tail asks for every layout; the
+        planner shares one StageCosts between a layout's ZeRO stages)."""
+        at = np.array(self.stages)                   # ranks x stages per rank (one, v, or DualPipeV's two)
+        fwd, bwd = np.array(self.f)[at].sum(axis=1), (np.array(self.b) + np.array(self.w))[at].sum(axis=1)
+        return tuple(zip((fwd + bwd).tolist(), bwd.tolist(), fwd.tolist(), (at == 0).any(axis=1).tolist(),
+                         (at == len(self.f) - 1).any(axis=1).tolist()))
+
+
+def zero_terms(par: ParallelConfig) -> tuple[float, tuple[float, float]]:
+    """All that stage_costs reads of the ZeRO stage (and nothing of dp_replicate): HBM bytes per
+    parameter of summing each micro-batch's weight gradients, and of the copies around sharded
+    data parallelism's gathers and reduce-scatters. Layouts alike but for ZeRO and HSDP, with equal
+    terms, have equal stage costs (the planner shares them)."""
+    acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
+    copies = shard_copy_bytes(par.framework, par.zero, grad_reduce_bytes(par)) if par.dp * par.cp > 1 else (0.0, 0.0)
+    return acc_bytes, copies
 
 
 def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
@@ -93,8 +116,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     T = tokens(par)
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
     # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
-    acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
-    copies = shard_copy_bytes(par.framework, par.zero, grad_reduce_bytes(par)) if par.dp * par.cp > 1 else (0.0, 0.0)
+    acc_bytes, copies = zero_terms(par)
     tp_g = group("tp", par, cluster)
     scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
@@ -144,7 +166,8 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for st in range(S - 1):
         f[st] += blocking
         b[st + 1] += blocking
-    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, stage_layers(model, par))
+    return StageCosts(tuple(f), tuple(b), tuple(w), p2p, kinds, parts, stage_layers(model, par),
+                      tuple(stages_of_rank(par.schedule, p, v, r) for r in range(p)))
 
 
 _SCALED: dict = {}                 # id(profile), framework -> (profile, its framework's copy)
@@ -237,20 +260,15 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
     per pipeline rank (the slowest one counts), and its parts."""
     gpu, p, m = cluster.gpu, par.pp, par.microbatches
     v = par.vpp if par.schedule == "interleaved" else 1
-    f, b, w, S = costs.f, costs.b, costs.w, len(costs.f)
     tail, tail_parts = 0.0, {}
     dense_g, expert_g = group(("cp", "ep", "dp"), par, cluster), expert_group("edp", par, cluster)
     grad_bytes = grad_reduce_bytes(par)
     per_kind = {moe: kind_params(model, par, moe) for moe in model.layer_kinds}
     per_tensors = {moe: layer_tensors(model, par, moe) for moe in model.layer_kinds}
     seen = set()                         # pipeline ranks alike (same layers, same ends) cost the same
-    for r, rank_layers in enumerate(costs.layers):
-        mine = stages_of_rank(par.schedule, p, v, r)
+    for rank_layers, (compute, last_bwd, first_fwd, first, last) in zip(costs.layers, costs.rank_sums):
         n_moe = model.moe_layers_in(rank_layers)
-        compute = sum(f[st] + b[st] + w[st] for st in mine)
-        last_bwd = sum(b[st] + w[st] for st in mine)
-        first_fwd = sum(f[st] for st in mine)
-        signature = (len(rank_layers), n_moe, 0 in mine, S - 1 in mine, compute, last_bwd)
+        signature = (len(rank_layers), n_moe, first, last, compute, last_bwd)
         if signature in seen:
             continue
         seen.add(signature)
@@ -261,7 +279,7 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
             dense, expert = dense + n * d, expert + n * e
             tensors[0] += n * per_tensors[moe][0]
             tensors[1] += n * per_tensors[moe][1]
-        for end in (0 in mine, S - 1 in mine and (not model.tied_embeddings or p > 1)):
+        for end in (first, last and (not model.tied_embeddings or p > 1)):
             if end:
                 dense += model.vocab * model.hidden / par.tp
                 tensors[0] += 2                       # the embedding or output matrix, and a norm

@@ -207,3 +207,18 @@ def test_any_value_in_any_field_is_an_answer_or_a_clear_message(key, value):
     else:
         json.dumps(ans, allow_nan=False)
     assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("name, nodes, seq, gbs, constraints", [
+    ("llama3-405b", 128, 8192, 2048, {}),                       # 512 micro-batches: interleaved finalists close
+    ("llama3-70b", 8, 4096, 512, {"framework": "fsdp2"}),
+    ("qwen3-30b-a3b", 4, 4096, 256, {"schedule": ["1f1b", "zb", "interleaved"]})])
+def test_the_budgets_plan_is_the_planners_first(name, nodes, seq, gbs, constraints):
+    """The budget plans with only_best, which skips simulating a finalist whose floor is already slower
+    than the best simulated: its layout and step are exactly the planner's first plan's."""
+    from calculators.planning.planner import plan
+    from calculators.specs.hardware import ClusterSpec, gpu_from_name
+    model, cluster = model_from_name(name), ClusterSpec(gpu_from_name("H100-80GB"), nodes=nodes)
+    full, best = (plan(model, cluster, seq, gbs, constraints, only_best=b) for b in (False, True))
+    assert best.plans[0].par == full.plans[0].par
+    assert best.plans[0].step.time_s == full.plans[0].step.time_s

@@ -122,3 +122,30 @@ def test_fsdp2_plans_the_one_micro_batch_that_fits_where_smaller_ones_do_not():
     assert {p.par.mbs for p in ddp.plans} >= {4} and all(p.par.mbs in (1, 4) for p in ddp.plans)
     two = replace(ddp.plans[0].par, mbs=2)
     assert estimate_memory(model_from_name("llama3-8b"), cluster, two).total_gib > max(p.memory_gib for p in ddp.plans)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "fsdp2", "deepspeed", "nanotron"])
+def test_the_planners_shared_stage_costs_are_each_layouts_own(framework):
+    """The planner computes stage costs once for layouts that differ only in ZeRO stage and HSDP
+    degree; FSDP2's ZeRO 2/3 and DeepSpeed's ZeRO 3 copy around their collectives and FSDP2's
+    ZeRO 0/1 sums fp32 gradients, so a key that dropped the ZeRO stage once scored them with
+    another stage's costs. Every stage the framework runs gets exactly its own stage_costs."""
+    from calculators.planning.planner import _Search
+    from calculators.time.profiles import default_profile
+    from calculators.time.step import stage_costs
+    model, cluster = model_from_name("llama3-8b"), ClusterSpec(H100, nodes=2, gpus_per_node=8)
+    profile = default_profile(H100.name)
+    search = _Search(model, cluster, profile, 4096, 64, {"framework": framework})
+    checked = 0
+    for zero in (3, 2, 1, 0):                          # the most sharded first: it fills the cache
+        for replicas in (1, 2):
+            try:
+                par = ParallelConfig(framework=framework, dp=16, zero=zero, dp_replicate=replicas, mbs=1, gbs=64,
+                                     seq=4096, recompute="full")
+                own = stage_costs(model, cluster, par, profile)
+            except ConfigError:
+                continue                               # a stage or HSDP the framework does not run
+            shared = search.stage_costs(par)
+            assert (shared.f, shared.b, shared.w) == (own.f, own.b, own.w), (zero, replicas)
+            checked += 1
+    assert checked >= 4
