@@ -55,13 +55,19 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
         slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}
         room = usable_gib - max(one[moe] - slope[moe] for moe in sample)
         M = np.concatenate([[0.0], np.cumsum([slope[k] for k in kind])])
-        # every (first layer i, end j) at once: t[i, j] for rank r holding layers i..j-1
-        i, j = np.arange(L + 1)[:, None], np.arange(L + 1)[None, :]
-        t = np.where((i < j) & (M[j] - M[i] <= room), np.maximum(best[i], own[r] + P[j] - P[i]), math.inf)
-        # the fewest layers on rank r among equal times (the last i): argmin over i reversed
-        last = L - np.argmin(t[::-1], axis=0)
-        new = t[last, np.arange(L + 1)]
-        start[r] = np.where(np.isfinite(new), last, 0)
+        # no rank holds more layers than its memory has room for: K bounds the count n (two past the
+        # quotient, for rounding), so only n <= K is looked at; the rest would be refused below anyway
+        least = min(slope.values())
+        K = L if least <= 0 else int(min(L, max(0.0, room) / least + 2))
+        # every (count n, end j) at once: t[n-1, j] for rank r holding layers j-n..j-1
+        j = np.arange(L + 1)[None, :]
+        i = j - np.arange(1, K + 1)[:, None]
+        at = np.maximum(i, 0)
+        t = np.where((i >= 0) & (M[j] - M[at] <= room), np.maximum(best[at], own[r] + P[j] - P[at]), math.inf)
+        # the fewest layers on rank r among equal times: argmin's first, the smallest n
+        n = np.argmin(t, axis=0)                                # K >= 1: a model has a layer
+        new = t[n, np.arange(L + 1)]
+        start[r] = np.where(np.isfinite(new), j[0] - n - 1, 0)
         best = new
     if not np.isfinite(best[L]):
         return None
