@@ -149,3 +149,31 @@ def test_the_planners_shared_stage_costs_are_each_layouts_own(framework):
             assert (shared.f, shared.b, shared.w) == (own.f, own.b, own.w), (zero, replicas)
             checked += 1
     assert checked >= 4
+
+
+def test_balance_split_is_the_best_split_by_brute_force():
+    """balance_split's DP looks only at layer counts a rank has memory room for; over every split of
+    Llama 3 8B's 32 layers on three 1F1B ranks, under a memory limit that binds (between the
+    lightest and the heaviest rank of the even split), none that fits has a faster slowest stage."""
+    from itertools import combinations
+    from calculators.memory.estimate import estimate_memory
+    from calculators.planning.split import balance_split
+    from calculators.time.profiles import default_profile
+    from calculators.time.step import stage_costs
+    model, cluster = model_from_name("llama3-8b"), ClusterSpec(H100, nodes=1, gpus_per_node=3)
+    profile = default_profile(H100.name)
+    par = ParallelConfig(pp=3, mbs=2, gbs=96, seq=8192, recompute="none", schedule="1f1b")
+    even = [s.total_gib for s in estimate_memory(model, cluster, par).stages]
+    usable = (min(even) + max(even)) / 2
+
+    def slowest(split):
+        layout = replace(par, split=split)
+        if max(s.total_gib for s in estimate_memory(model, cluster, layout).stages) > usable:
+            return None
+        costs = stage_costs(model, cluster, layout, profile)
+        return max(f + b + w for f, b, w in zip(costs.f, costs.b, costs.w))
+    times = [t for cut in combinations(range(1, 32), 2)
+             if (t := slowest((cut[0], cut[1] - cut[0], 32 - cut[1]))) is not None]
+    chosen = balance_split(model, cluster, par, profile, usable)
+    assert chosen is not None and slowest(chosen) is not None
+    assert slowest(chosen) <= min(times) * (1 + 1e-9) and len(times) < 465
