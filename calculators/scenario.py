@@ -80,15 +80,28 @@ def parse_model(data) -> ModelSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"model must be an object: {{'preset': name}}, {{'hf_config': {{...}}}} or the shape "
                           f"(got {show(data)})")
-    return _model_cached(_key(data, "model"))
+    return _cached(_model_cached, _key(data, "model"))
+
+
+# Parsed models and clusters are kept by their JSON text (a sweep repeats them on every line), those
+# of at most this many characters: 256 of each stay under 16 MB whatever a client sends.
+CACHED_TEXT = 32_768
+
+
+def _cached(parse, text: str):
+    return parse(text) if len(text) <= CACHED_TEXT else parse.__wrapped__(text)
 
 
 def parse_hardware(data) -> ClusterSpec:
     if not isinstance(data, dict):
         raise ConfigError("hardware must be an object like {'gpu': 'H100-80GB', 'nodes': 1, 'gpus_per_node': 8} "
                           f"(got {show(data)})")
-    data = dict(data)
-    data.pop("profile", None)
+    return _cached(_hardware_cached, _key({k: v for k, v in data.items() if k != "profile"}, "hardware"))
+
+
+@lru_cache(maxsize=256)
+def _hardware_cached(text: str) -> ClusterSpec:
+    data = json.loads(text)
     gpu = data.pop("gpu", "H100-80GB")
     gpu = gpu_from_name(gpu) if isinstance(gpu, str) else _build(GPUSpec, gpu, "hardware.gpu")
     return _build(ClusterSpec, {**data, "gpu": gpu}, "hardware")

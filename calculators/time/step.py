@@ -32,8 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-import numpy as np
-
 from . import flops as fl
 from ..memory.activations import BF16, tokens
 from .comm import collective_time, expert_group, group
@@ -92,10 +90,15 @@ class StageCosts:
         """Per pipeline rank: (all its work, its backwards, its forwards) per micro-batch, and
         whether it holds the first and the last stage (pipeline_tail asks for every layout; the
         planner shares one StageCosts between a layout's ZeRO stages)."""
-        at = np.array(self.stages)                   # ranks x stages per rank (one, v, or DualPipeV's two)
-        fwd, bwd = np.array(self.f)[at].sum(axis=1), (np.array(self.b) + np.array(self.w))[at].sum(axis=1)
-        return tuple(zip((fwd + bwd).tolist(), bwd.tolist(), fwd.tolist(), (at == 0).any(axis=1).tolist(),
-                         (at == len(self.f) - 1).any(axis=1).tolist()))
+        f, b, w, last = self.f, self.b, self.w, len(self.f) - 1
+        out = []
+        for mine in self.stages:
+            fwd = bwd = 0.0
+            for st in mine:
+                fwd += f[st]
+                bwd += b[st] + w[st]
+            out.append((fwd + bwd, bwd, fwd, 0 in mine, last in mine))
+        return tuple(out)
 
 
 def zero_terms(par: ParallelConfig) -> tuple[float, tuple[float, float]]:
