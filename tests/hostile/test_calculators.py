@@ -316,3 +316,25 @@ def test_json_is_read_without_a_garbage_collection_in_its_recursion(monkeypatch)
         gc.callbacks.remove(callback)
         gc.set_threshold(*threshold)
     assert collected == []
+
+
+def test_parsed_models_and_clusters_are_cached_only_from_short_texts():
+    """A sweep's repeated model and hardware are parsed once (kept by their JSON text), but a client
+    sending large configs cannot fill the caches: texts over CACHED_TEXT are parsed every time and
+    kept nowhere, and give the same answer as a short one."""
+    from calculators import scenario
+    for cache in (scenario._model_cached, scenario._hardware_cached):
+        cache.cache_clear()
+    padding = {"name_or_path": "x" * scenario.CACHED_TEXT}
+    config = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16,
+              "intermediate_size": 4096, "vocab_size": 32000, "max_position_embeddings": 4096}
+    small = scenario.parse_model({"hf_config": config})
+    large = scenario.parse_model({"hf_config": {**config, **padding}})
+    assert (large.layers, large.hidden, large.vocab) == (small.layers, small.hidden, small.vocab)
+    gpu = {"name": "custom", "memory_gib": 80, "bf16_tflops": 900, "fp8_tflops": 0, "hbm_tbps": 3.0}
+    cluster = scenario.parse_hardware({"gpu": gpu, "nodes": 2})
+    with pytest.raises(ConfigError):
+        scenario.parse_hardware({"gpu": gpu, "nodes": 2, "x": "y" * scenario.CACHED_TEXT})
+    assert scenario.parse_hardware({"gpu": gpu, "nodes": 2}) is cluster                # the cached one
+    assert scenario._model_cached.cache_info().currsize == 1
+    assert scenario._hardware_cached.cache_info().currsize == 1
