@@ -35,7 +35,7 @@ class MoESpec:
         p = check_fields(self, "model.moe", limits.MOE)
         if not p and self.groups:
             require(p, self.experts % self.groups == 0,
-                    f"model.moe.groups={self.groups} must divide experts={self.experts}")
+                    f"model.moe.groups={self.groups} must divide model.moe.experts={self.experts}")
             require(p, 1 <= self.groups_per_token <= self.groups,
                     f"model.moe.groups_per_token must be from 1 to groups={self.groups} "
                     f"(got {self.groups_per_token})")
@@ -134,7 +134,7 @@ class ModelSpec:
         if self.moe is not None:
             e = self.moe
             require(p, e.experts >= 1 and 1 <= e.top_k <= e.experts,
-                    f"model.moe.top_k={e.top_k} must be between 1 and experts={e.experts}")
+                    f"model.moe.top_k={e.top_k} must be between 1 and model.moe.experts={e.experts}")
             require(p, e.expert_ffn > 0, f"model.moe.expert_ffn must be positive (got {e.expert_ffn})")
             require(p, 0 <= e.dense_layers < self.layers,
                     f"model.moe.dense_layers={e.dense_layers} must be below layers={self.layers}")

@@ -297,7 +297,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
             w.append(f"{' and '.join(moe_only)} act on a mixture-of-experts layer; this model has none, so "
                      "they change nothing")
     else:
-        require(p, model.moe.experts % e == 0, lambda: f"ep={e} must divide experts={model.moe.experts}")
+        require(p, model.moe.experts % e == 0, lambda: f"ep={e} must divide model.moe.experts={model.moe.experts}")
         require(p, (d * c * t) % (e * par.etp) == 0,
                 lambda: f"ep*etp = {e}*{par.etp} must divide dp*cp*tp = {d * c * t} (experts live inside the "
                 "data/context/tensor ranks); lower ep, or set etp=1 so experts are not tensor-sharded")

@@ -264,7 +264,8 @@ def _named():
     since inside an event Gradio's constructors return updates, not components."""
     labels = {key: make(default).label.split(" (")[0] for key, (make, default) in SCENARIO.items()}
     labels = {key: label for key, label in labels.items() if label.lower() != key}
-    pattern = re.compile(r"\b(?:parallel\.|hardware\.)?(" + "|".join(sorted(labels, key=len, reverse=True)) +
+    # a key bare or as parallel./hardware.<key>, never another's field (model.moe.experts: the model's count)
+    pattern = re.compile(r"(?<![\w.])(?:parallel\.|hardware\.)?(" + "|".join(sorted(labels, key=len, reverse=True)) +
                          r")(?= ?[=:]| must| is\b| has\b| lists| repeats)")   # no unbounded run: linear time
     return labels, pattern
 

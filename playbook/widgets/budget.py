@@ -1,5 +1,6 @@
 """The budget widget: days, cost and goodput to train a model on a token budget, over a range of
-cluster sizes (powers of two), the planner's best layout at each; where adding GPUs stops paying."""
+cluster sizes (powers of two, or whole NVL72 racks doubling), the planner's best layout at each; where
+adding GPUs stops paying."""
 from __future__ import annotations
 
 import gradio as gr
@@ -43,6 +44,21 @@ CONTROLS = {
 BUDGET_WIDGET_S = 30.0           # seconds one budget call may compute (the others: widgets.WIDGET_BUDGET_S)
 
 
+def sizes(lo: int, hi: int, gpu: str) -> list[int]:
+    """The cluster sizes between lo and hi GPUs: powers of two, or, for a GPU whose nodes are not a
+    power of two (GB200's and GB300's 72-GPU NVL72 racks), whole nodes doubling from one (72, 144,
+    288, ...), the sizes such a cluster comes in."""
+    per_node = GPU_PRESETS[gpu].gpus_per_node
+    grid = SIZES if all(n % per_node == 0 for n in SIZES) else [per_node * 2 ** k for k in range(len(SIZES))]
+    out = [n for n in grid if lo <= n <= hi]
+    if not out:
+        near = min(grid, key=lambda n: abs(n - hi))
+        raise ConfigError(f"the {gpu} comes in nodes of {per_node} GPUs: no cluster of 1, 2, 4, ... nodes lies between "
+                          f"the smallest cluster ({lo:,} GPUs) and the largest ({hi:,}); widen the range to include "
+                          f"{near:,} GPUs")
+    return out
+
+
 def request(v: dict) -> dict:
     """The widget's settings as a budget request (calculators/planning/budget.py)."""
     lo, hi = sorted((v["smallest"], v["largest"]))
@@ -51,7 +67,7 @@ def request(v: dict) -> dict:
         raise ConfigError(f"the {v['gpu']} has no FP8 tensor cores: set precision to bf16, or pick a GPU with them "
                           f"({with_fp8})")
     req = {"model": {"preset": v["model"]}, "hardware": {"gpu": v["gpu"]}, "tokens": float(v["tokens"]) * 1e12,
-           "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": [n for n in SIZES if lo <= n <= hi],
+           "seq": int(v["seq"]), "gbs": int(v["gbs"]), "gpus": sizes(lo, hi, v["gpu"]),
            "price_per_gpu_hour": float(v["price"]), "failures_per_gpu_day": FAILURES[v["failures"]],
            "checkpoint_gbps": float(v["storage"]),
            # the planner's constraints: what the framework runs, and its memory layout; FP8 GEMMs

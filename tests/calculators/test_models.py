@@ -67,7 +67,7 @@ def test_deepseek_group_limited_routing_is_read_and_checked():
     assert from_hf_config(json.dumps({**base, "topk_method": "greedy"})).moe.group_limit == (0, 0)
     assert model_from_name("deepseek-v3").moe.group_limit == (8, 4)
     assert MoESpec(experts=64, top_k=8, expert_ffn=128, groups=1, groups_per_token=1).group_limit == (0, 0)
-    for bad, words in (({"n_group": 7}, "must divide experts"), ({"topk_group": 9}, "groups_per_token"),
+    for bad, words in (({"n_group": 7}, "must divide model.moe.experts"), ({"topk_group": 9}, "groups_per_token"),
                        ({"topk_group": 1, "n_routed_experts": 32}, "at most the experts")):
         with pytest.raises(ConfigError, match=words):
             from_hf_config(json.dumps({**base, **bad}))

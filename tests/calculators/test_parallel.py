@@ -22,7 +22,7 @@ def cluster(nodes=1, gpn=8):
     (L70, 16, dict(dp=1, tp=1, pp=128, gbs=128), r"layers=80 cannot fill pp\*vpp"),
     (L70, 1, dict(dp=1, tp=1, pp=8, vpp=2, gbs=12, schedule="interleaved"), r"microbatches m = gbs/\(dp\*mbs\) = 12 divisible by pp=8"),
     (L70, 1, dict(dp=8, ep=2, gbs=8), r"ep=2 needs a mixture-of-experts model"),
-    (MIX, 1, dict(dp=8, ep=3, gbs=8), r"ep=3 must divide experts=8"),
+    (MIX, 1, dict(dp=8, ep=3, gbs=8), r"ep=3 must divide model.moe.experts=8"),
     (MIX, 1, dict(dp=2, tp=4, ep=4, gbs=8), r"ep\*etp = 4\*4 must divide dp\*cp\*tp = 8"),
     (L70, 1, dict(dp=4, cp=2, seq=4098, gbs=4), r"seq=4098 must be divisible by 2\*cp = 4"),
     (L70, 1, dict(dp=1, tp=8, sp=True, seq=4100, gbs=1), r"seq/cp = 4100 divisible by tp=8"),

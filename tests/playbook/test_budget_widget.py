@@ -43,3 +43,16 @@ def test_precision_and_framework_reach_the_planner_and_fp8_needs_fp8_tensor_core
     assert "bf16 GEMMs, as megatron runs it" in bf16 and "fp8 GEMMs" in fp8 and bf16 != fp8
     fig, _ = budget.compute({**small, "precision": "fp8", "framework": "fsdp2"})
     assert fig["layout"]["title"]["text"].endswith("H100-80GB, fp8, fsdp2")      # two charts tell themselves apart
+
+
+def test_an_nvl72_gpu_is_planned_in_whole_racks_and_a_range_without_one_says_so():
+    """GB200 and GB300 come in 72-GPU NVL72 racks: the widget asks for 1, 2, 4, ... racks in its
+    range (powers of two GPUs, which no whole number of racks makes, once failed at every size)."""
+    v = _values(gpu="GB200", smallest=512, largest=8192)
+    assert budget.request(v)["gpus"] == [576, 1152, 2304, 4608]
+    assert budget.request(_values(smallest=512, largest=8192))["gpus"] == [512, 1024, 2048, 4096, 8192]
+    with pytest.raises(ConfigError, match="GB300 comes in nodes of 72 GPUs.*smallest cluster.*include 72 GPUs"):
+        budget.request(_values(gpu="GB300", smallest=8, largest=16))
+    fig, text = budget.compute(_values(gpu="GB200", model="llama3-8b", tokens=0.1, smallest=64, largest=256))
+    assert "fastest on **144 GPUs" in text or "fastest on **72 GPUs" in text
+    assert "whole number" not in text
