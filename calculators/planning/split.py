@@ -49,7 +49,7 @@ def balance_split(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, p
     best[0] = 0.0
     start = np.zeros((p, L + 1), dtype=int)
     for r in range(p):
-        limits.check_time()              # (L+1)^2 work per rank: the request's time budget, when it has one
+        limits.check_time()              # K (L+1) work per rank: the request's time budget, when it has one
         P = np.concatenate([[0.0], np.cumsum(per_layer[r])])
         one = {moe: fn(r, [k]).total_gib for moe, k in sample.items()}
         slope = {moe: fn(r, [k, k]).total_gib - one[moe] for moe, k in sample.items()}

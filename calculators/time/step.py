@@ -42,6 +42,7 @@ from .layercomm import layer_comm
 from ..specs.frameworks import (gemm_scale, grad_accumulation_bytes, grad_reduce_bytes, host_scale,
                                 optimizer_bytes, shard_copy_bytes)
 from ..specs.overlap import grad_sync_windows, p2p_overlapped
+from ..specs.fp8 import float8_all_gather
 from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
@@ -101,14 +102,16 @@ class StageCosts:
         return tuple(out)
 
 
-def zero_terms(par: ParallelConfig) -> tuple[float, tuple[float, float]]:
-    """All that stage_costs reads of the ZeRO stage (and nothing of dp_replicate): HBM bytes per
-    parameter of summing each micro-batch's weight gradients, and of the copies around sharded
-    data parallelism's gathers and reduce-scatters. Layouts alike but for ZeRO and HSDP, with equal
-    terms, have equal stage costs (the planner shares them)."""
+def zero_terms(par: ParallelConfig) -> tuple[float, tuple[float, float], bool]:
+    """All that stage_costs reads of the ZeRO stage and the HSDP degree: HBM bytes per parameter of
+    summing each micro-batch's weight gradients, and of the copies around sharded data parallelism's
+    gathers and reduce-scatters; and whether FSDP gathers torchao's float8 weights (only where a
+    replica shards them: fp8.float8_all_gather, which moves the weights' casts out of the layer).
+    Layouts alike but for ZeRO and HSDP, with equal terms, have equal stage costs (the planner
+    shares them)."""
     acc_bytes = grad_accumulation_bytes(par.framework, par.zero, par.microbatches)
     copies = shard_copy_bytes(par.framework, par.zero, grad_reduce_bytes(par)) if par.dp * par.cp > 1 else (0.0, 0.0)
-    return acc_bytes, copies
+    return acc_bytes, copies, float8_all_gather(par)
 
 
 def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
@@ -119,7 +122,7 @@ def stage_costs(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     T = tokens(par)
     kinds, parts = {}, {}                  # per (moe?, recompute mode)
     # summing each micro-batch's weight gradients: a memory-bound pass, with the weight backward
-    acc_bytes, copies = zero_terms(par)
+    acc_bytes, copies, _ = zero_terms(par)            # the float8 gather: layer_time asks fp8 itself
     tp_g = group("tp", par, cluster)
     scale = host_scale(par.framework, tp_g.per_node, tp_g.nodes, p > 1 and group("pp", par, cluster).crosses_nodes)
     for mode, mp in par.by_recompute().items():
@@ -304,8 +307,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
 def closed_step_time(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, profile: HardwareProfile,
                      costs: StageCosts | None = None) -> float:
     """estimate_step(..., pipeline="closed").time_s without the rest of the estimate: the
-    planner's score. Stage costs do not depend on the ZeRO stage or the global batch, so layouts
-    that differ only there may share `costs` (stage_costs of any of them)."""
+    planner's score. Layouts that differ only in ZeRO stage and HSDP degree with equal zero_terms
+    may share `costs` (stage_costs of any of them)."""
     costs = costs or stage_costs(model, cluster, par, profile)
     v = par.vpp if par.schedule == "interleaved" else 1
     return pipeline_time(par.schedule, par.pp, par.microbatches, v, costs) + \

@@ -128,27 +128,29 @@ def test_fsdp2_plans_the_one_micro_batch_that_fits_where_smaller_ones_do_not():
 def test_the_planners_shared_stage_costs_are_each_layouts_own(framework):
     """The planner computes stage costs once for layouts that differ only in ZeRO stage and HSDP
     degree; FSDP2's ZeRO 2/3 and DeepSpeed's ZeRO 3 copy around their collectives and FSDP2's
-    ZeRO 0/1 sums fp32 gradients, so a key that dropped the ZeRO stage once scored them with
-    another stage's costs. Every stage the framework runs gets exactly its own stage_costs."""
+    ZeRO 0/1 sums fp32 gradients, and FSDP2 gathers torchao's float8 weights only where a replica
+    shards them, so a key that dropped the ZeRO stage or the HSDP degree scored them with another's
+    costs. Every stage and degree the framework runs gets exactly its own stage_costs."""
     from calculators.planning.planner import _Search
     from calculators.time.profiles import default_profile
     from calculators.time.step import stage_costs
     model, cluster = model_from_name("llama3-8b"), ClusterSpec(H100, nodes=2, gpus_per_node=8)
     profile = default_profile(H100.name)
-    search = _Search(model, cluster, profile, 4096, 64, {"framework": framework})
+    search = _Search(model, cluster, profile, 4096, 64, {"framework": framework, "precision": ["bf16", "fp8"]})
     checked = 0
-    for zero in (3, 2, 1, 0):                          # the most sharded first: it fills the cache
-        for replicas in (1, 2):
-            try:
-                par = ParallelConfig(framework=framework, dp=16, zero=zero, dp_replicate=replicas, mbs=1, gbs=64,
-                                     seq=4096, recompute="full")
-                own = stage_costs(model, cluster, par, profile)
-            except ConfigError:
-                continue                               # a stage or HSDP the framework does not run
-            shared = search.stage_costs(par)
-            assert (shared.f, shared.b, shared.w) == (own.f, own.b, own.w), (zero, replicas)
-            checked += 1
-    assert checked >= 4
+    for precision in ("bf16", "fp8"):
+        for zero in (3, 2, 1, 0):                      # the most sharded first: it fills the cache
+            for replicas in (1, 2, 16):                # 16: shards of one rank, whose weights FSDP never gathers
+                try:
+                    par = ParallelConfig(framework=framework, dp=16, zero=zero, dp_replicate=replicas, mbs=1, gbs=64,
+                                         seq=4096, recompute="full", precision=precision)
+                    own = stage_costs(model, cluster, par, profile)
+                except ConfigError:
+                    continue                           # a stage or HSDP the framework does not run
+                shared = search.stage_costs(par)
+                assert (shared.f, shared.b, shared.w) == (own.f, own.b, own.w), (precision, zero, replicas)
+                checked += 1
+    assert checked >= 8
 
 
 def test_balance_split_is_the_best_split_by_brute_force():
