@@ -40,39 +40,41 @@ def _ring(_signum, _frame):
     raise _OverBudget()
 
 
-@contextlib.contextmanager
-def _alarm(seconds: float):
-    """A wall-clock budget for the block (POSIX, main thread): _OverBudget when it is spent, on top
-    of the calculators' cooperative budget (limits.time_budget), which the block also runs under.
-    Nested in _ringing (a stream of scenarios), the handler is already in place and only the timer
-    is set: installing a signal handler per line cost a twentieth of a scenario's time."""
-    usable = seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    previous = None
-    if usable:
-        if signal.getsignal(signal.SIGALRM) is not _ring:
-            previous = signal.signal(signal.SIGALRM, _ring)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        with limits.time_budget(seconds if seconds > 0 else float("inf"), "this request"):
-            yield
-    finally:
-        if usable:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            if previous is not None:
-                signal.signal(signal.SIGALRM, previous)
+def _can_ring() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
 @contextlib.contextmanager
 def _ringing():
-    """_alarm's handler installed once for a block of many budgets (POSIX, main thread)."""
-    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    """_alarm's SIGALRM handler in place for the block (POSIX, main thread), the previous one back
+    after it: once for a stream of scenarios, where installing it per line cost a twentieth of a
+    scenario's time."""
+    usable = _can_ring()
     previous = signal.signal(signal.SIGALRM, _ring) if usable else None
     try:
         yield
     finally:
         if usable:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float):
+    """A wall-clock budget for the block (POSIX, main thread): _OverBudget when it is spent, on top
+    of the calculators' cooperative budget (limits.time_budget), which the block also runs under.
+    Inside _ringing only the timer is set."""
+    usable = seconds > 0 and _can_ring()
+    installed = usable and signal.getsignal(signal.SIGALRM) is _ring
+    with _ringing() if usable and not installed else contextlib.nullcontext():
+        if usable:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            with limits.time_budget(seconds if seconds > 0 else float("inf"), "this request"):
+                yield
+        finally:
+            if usable:
+                signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _strict_json(obj, **kw) -> str:
