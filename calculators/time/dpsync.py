@@ -1,5 +1,6 @@
 """The data-parallel gradient sync of one pipeline rank, as the frameworks run it: gradients in
-the framework's buckets (all-reduce for ZeRO-0, reduce-scatter for ZeRO-1/2), ZeRO-1/2's weight
+the framework's buckets (all-reduce for ZeRO-0, reduce-scatter for ZeRO-1/2; ZeRO-2 every
+micro-batch, reduces_every_micro_batch), ZeRO-1/2's weight
 all-gathers after the optimizer, and ZeRO-3's per-layer gathers and reduce-scatters every
 micro-batch, prefetched behind compute (step.py's DP entry says what hides each)."""
 from __future__ import annotations
@@ -20,13 +21,21 @@ def layer_tensors(model, par, moe: bool) -> tuple[int, int]:
     return dense, expert
 
 
-def fsdp_reduces_every_micro_batch(par) -> bool:
-    """Whether FSDP2 reduce-scatters (and, under HSDP, all-reduces) each micro-batch's gradients:
-    at ZeRO 2/3 without a pipeline, as torchtitan runs its gradient accumulation (it never calls
-    set_requires_gradient_sync(False); fully_shard reduces at every backward, at every micro-batch
-    on a fake process group too, tests/calculators/test_hsdp.py). Under a pipeline, PyTorch's
-    stage turns the sync off until the last micro-batch."""
-    return par.framework == "fsdp2" and par.zero >= 2 and par.pp == 1
+def reduces_every_micro_batch(par) -> bool:
+    """Whether the framework reduces each micro-batch's gradients, not once a step: wherever it
+    shards them (ZeRO 2/3), since a shard cannot hold the sum of every rank's full gradients.
+    - fsdp2: fully_shard reduce-scatters (and, under HSDP, all-reduces) at every backward, as
+      torchtitan runs its gradient accumulation (it never calls set_requires_gradient_sync(False);
+      at every micro-batch on a fake process group too, tests/calculators/test_hsdp.py); under a
+      pipeline, PyTorch's stage turns the sync off until the last micro-batch.
+    - megatron: Megatron-FSDP's optim_grads and optim_grads_params reduce at every backward,
+      pipeline or not (megatron_fsdp.py, grad_reduce_every_bprop: "for grads shard mode there will
+      actually always be gradient sync happening", its no_sync notwithstanding).
+    - deepspeed: ZeRO 2/3 reduce their buckets at every backward (stage_1_and_2.py,
+      reduce_ready_partitions_and_remove_grads: partition_gradients; its engine refuses no_sync
+      with gradient partitioning). ZeRO 0/1 reduce at the step's last micro-batch only.
+    (nanotron has no ZeRO 2/3; it is given DeepSpeed's layout there.)"""
+    return par.zero >= 2 and (par.framework != "fsdp2" or par.pp == 1)
 
 
 def gather_bytes(model, par, n_dense: int, n_moe: int, dense: float, expert: float) -> tuple[float, float]:
@@ -69,9 +78,9 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
             reduce = n * (collective_time("all_reduce" if par.zero == 0 else "reduce_scatter", total / n, g, cluster,
                                           profile) + collective_time("all_reduce", total / n / g.size, reps, cluster,
                                                                      profile))
-            if fsdp_reduces_every_micro_batch(par) and m > 1:
-                # FSDP2 reduces each micro-batch's gradients (torchtitan never turns the sync off): the
-                # earlier ones run behind their own micro-batch's compute, the last one's as below
+            if reduces_every_micro_batch(par) and m > 1:
+                # ZeRO-2 reduces each micro-batch's gradients (reduces_every_micro_batch): the earlier
+                # ones run behind their own micro-batch's compute, the last one's as below
                 hid = min((m - 1) * reduce, (m - 1) * profile.overlap["zero3"] * compute)
                 exposed_extra, hidden_extra = exposed_extra + (m - 1) * reduce - hid, hidden_extra + hid
             sync += reduce
@@ -92,7 +101,7 @@ def dp_sync(dense, expert, compute, m, par, cluster, profile, dense_g, expert_g,
                 collective_time("all_reduce", grad_bytes * params / k / g.size, reps, cluster, profile)
             # gradients are reduced every micro-batch, but under a pipeline PyTorch's stage holds them
             # until the last one (frameworks.pipeline_grad_bytes) and reduces once a step
-            reduces = m if fsdp_reduces_every_micro_batch(par) or par.framework != "fsdp2" else 1
+            reduces = m if reduces_every_micro_batch(par) else 1
             total = k * (2 * gather * m + scatter * reduces)
             hidden = min(total, profile.overlap["zero3"] * compute * m)
             edges = min(gather + scatter, hidden)

@@ -17,7 +17,8 @@ Communication kinds and what hides them (profile.overlap gives the hidden fracti
 - DP: gradients of the stage, all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1/2), in the
   framework's buckets (each paying its latency) and overlapped with backward (the last
   micro-batch's; Megatron's interleaved schedule syncs each model chunk after its last backward,
-  overlap.grad_sync_windows); ZeRO-1/2 then
+  overlap.grad_sync_windows; ZeRO-2 reduces every micro-batch, dpsync.reduces_every_micro_batch);
+  ZeRO-1/2 then
   gathers the updated weights in the framework's units (nanotron: tensor by tensor); ZeRO-3
   all-gathers weights before each layer's forward and backward and reduce-scatters gradients,
   every micro-batch, prefetched behind compute.

@@ -61,7 +61,7 @@ def test_fully_shard_reduces_every_micro_batch_and_hsdp_all_reduces_each_time():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from calculators.time.dpsync import fsdp_reduces_every_micro_batch
+    from calculators.time.dpsync import reduces_every_micro_batch
     scatter = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
     counts = {"all_reduce": 0, scatter: 0}
     originals = {name: getattr(dist, name) for name in counts}
@@ -95,8 +95,8 @@ def test_fully_shard_reduces_every_micro_batch_and_hsdp_all_reduces_each_time():
             setattr(dist, name, fn)
         dist.destroy_process_group()
     for zero in (2, 3):
-        assert fsdp_reduces_every_micro_batch(replace(FSDP, zero=zero))
-        assert not fsdp_reduces_every_micro_batch(replace(FSDP, zero=zero, pp=2))
+        assert reduces_every_micro_batch(replace(FSDP, zero=zero))
+        assert not reduces_every_micro_batch(replace(FSDP, zero=zero, pp=2))
 
 
 def test_dp_sync_adds_the_replicas_all_reduce_and_keeps_the_gathers_in_the_shard_group():
