@@ -27,7 +27,7 @@ def optimistic(search, base, prune: float) -> float:
         if "interleaved" in sp["schedule"] and not search.model.moe and (base.pp - 1) / (m + base.pp - 1) > \
                 1 - 1 / prune:
             schedules += [("interleaved", v) for v in sorted(sp["vpp"], reverse=True)]
-    schedules += [(s, 1) for s in search.pairing()]
+    schedules += [(s, 1) for s in search.pairing(base.pp)]
     times = []
     for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0)}:
         interleaved = False

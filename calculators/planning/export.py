@@ -35,6 +35,11 @@ def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
         raise ValueError(f"unknown export format {fmt!r}; choose one of {FORMATS}")
     text, notes = {"harness": _harness, "megatron": _megatron, "torchtitan": _torchtitan,
                    "deepspeed": _deepspeed}[fmt](model, cluster, par, model_ref)
+    if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None and fmt != "harness":
+        notes.append("schedule dualpipe without a pipeline is planned as pairing two micro-batches, each one's "
+                     "all-to-alls under the other's compute: " +
+                     ("add --overlap-moe-expert-parallel-comm (its first forward and last backward run alone)"
+                      if fmt == "megatron" else f"{fmt} runs no such pairing, so its step takes longer"))
     if len(set(par.recompute_ranks)) > 1 and fmt != "harness":
         notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
                      f"exported with the most, {par.recompute!r}, on every rank, which recomputes more than "
@@ -102,6 +107,7 @@ def _megatron(model, cluster, par, _ref):
             if par.dispatcher != "alltoall" else ["--moe-token-dispatcher-type alltoall"]
         a += [f"--moe-flex-dispatcher-num-sms {par.dispatch_sms}"] if par.ep > 1 and par.dispatch_sms and \
             par.dispatcher != "alltoall" else []
+        a += ["--overlap-moe-expert-parallel-comm"] if par.ep_overlap else []
     if model.moe and par.experts == "fused":
         notes.append("experts=fused is Megatron's grouped MLP through Transformer Engine's op fuser "
                      "(TransformerConfig.use_transformer_engine_op_fuser; Megatron-Bridge's "
@@ -163,7 +169,7 @@ def _megatron(model, cluster, par, _ref):
         notes.append("master_dtype=fp32: Megatron's precision-aware optimizer keeps only remainders in bf16 and "
                      "FP8 delayed-scaling training (OptimizerConfig.store_param_remainders, no command-line flag); "
                      "set it False there")
-    if par.schedule in ("zb", "dualpipe"):
+    if par.schedule in ("zb", "dualpipe") and par.pp > 1:
         notes.append(f"Megatron-LM has no '{par.schedule}' schedule; it will run 1F1B (or use a fork that "
                      "adds zero-bubble / DualPipe scheduling)")
     if par.schedule == "gpipe":

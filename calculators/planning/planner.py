@@ -112,11 +112,11 @@ class _Search:
         busy = rank_busy(par.schedule, par.pp, par.vpp if par.schedule == "interleaved" else 1, costs)
         return par.microbatches * max(busy) + pipeline_tail(self.model, self.cluster, par, self.profile, costs)[0]
 
-    def pairing(self) -> list:
-        """DualPipe, where the space allows it for an MoE model: with a pipeline or without one
-        (one stage has no pipeline schedule, but pairing two micro-batches still hides an MoE
-        layer's all-to-alls)."""
-        return ["dualpipe"] if self.model.moe and "dualpipe" in self.space["schedule"] else []
+    def pairing(self, pp: int) -> list:
+        """DualPipe for an MoE model where the space allows it: pairing two micro-batches hides the all-to-alls,
+        also without a pipeline (Megatron's ep_overlap), though torchtitan (fsdp2) pairs none there."""
+        fits = self.model.moe and (pp > 1 or self.framework != "fsdp2")
+        return ["dualpipe"] if fits and "dualpipe" in self.space["schedule"] else []
 
     def fastest_dispatch(self, par):
         """Of the dispatchers the space allows, the one whose step is shortest on this layout (closed
@@ -208,7 +208,7 @@ class _Search:
         skips to) and falls with ZeRO, so a micro-batch that does not fit ends its loop and a ZeRO
         stage where nothing fits ends the ZeRO loop."""
         sp = self.space
-        schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing()))
+        schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing(1)))
         # a recompute level that does not fit one micro-batch size fits no larger one (every rank's
         # activations grow with it) but under FSDP2, whose one micro-batch per step holds less
         monotone = self.framework != "fsdp2"

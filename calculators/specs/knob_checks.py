@@ -45,6 +45,12 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
                  "master_dtype fp32")
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
+    if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None:
+        w.append("schedule dualpipe with pp=1 is costed as DualPipe's pairing of two micro-batches, whose "
+                 "all-to-alls hide under each other's compute; "
+                 + ("Megatron runs that as ep_overlap (--overlap-moe-expert-parallel-comm) with 1f1b"
+                    if par.framework == "megatron" else
+                    f"{par.framework} runs no such pairing without a pipeline: use schedule 1f1b"))
     if par.master_dtype == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
         w.append(f"master_dtype remainder: Megatron keeps 16-bit remainders under FP8 delayed scaling only; with "
                  f"fp8_recipe {par.fp8_recipe} it keeps fp32 masters: use master_dtype fp32 or fp8_recipe delayed")
