@@ -104,13 +104,22 @@ def why(a, b) -> str:
     text = (f"{a.label()} beats {b.label()} by {_pct(tb / ta - 1)} ({ta:.{digits}g} s vs {tb:.{digits}g} s per step)")
     if knobs:
         text += " because, with " + ", ".join(knobs) + ","
+    # name the gains, largest first, until they outweigh every loss (at most three); what else moves
+    # is summed, so the sentence's seconds add up to the difference between the two steps
+    paid = -sum(v for v, _ in losses)
+    named = next((gains[:i] for i in range(1, 4) if sum(v for v, _ in gains[:i]) > paid), gains[:3])
     if gains:
-        text += " its " + " and its ".join(f"{LABELS[k]} is {v:.3g} s shorter" for v, k in gains[:2])
+        parts = [f"its {LABELS[k]} is {v:.3g} s shorter" for v, k in named]
+        rest = sum(v for v, _ in gains[len(named):])
+        parts += [f"the rest is {rest:.3g} s shorter"] if rest > 1e-3 * ta else []
+        text += " " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     else:
         text += " it is faster overall"
     if losses:
         v, k = losses[0]
-        text += f", which outweighs {-v:.3g} s more {LABELS[k]}"
+        more = paid + v
+        text += f", which outweighs {-v:.3g} s more {LABELS[k]}" + \
+            (f" and {more:.3g} s more elsewhere" if more > 1e-3 * ta else "")
     return text + "."
 
 
