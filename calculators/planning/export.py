@@ -114,13 +114,18 @@ def _megatron(model, cluster, par, _ref):
                      "cutedsl_fused_grouped_mlp): set it in the model config, there is no flag here; "
                      "without it expect the step with experts=loop")
     stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
-    if par.split and _is_megatron_split(model, par.split):
+    # Megatron refuses layers that its stages do not divide unless a split says where they go: the one
+    # the calculators cost (pipeline_stages: the first stages take one more)
+    split = par.split or tuple(len(s) for s in pipeline_stages(model, par)) if model.layers % stages else par.split
+    if len(split) != stages:
+        split = ()
+    if split and _is_megatron_split(model, split):
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
         if par.schedule == "interleaved":
-            a.append(f"--num-layers-per-virtual-pipeline-stage {par.split[1]}")
-    elif par.split:
+            a.append(f"--num-layers-per-virtual-pipeline-stage {split[1]}")
+    elif split:
         layout = "|".join(("E" if st == 0 else "") + f"t*{n}" + (",L" if st == stages - 1 else "")
-                          for st, n in enumerate(par.split))
+                          for st, n in enumerate(split))
         a.append(f'--pipeline-model-parallel-layout "{layout}"')
     elif par.schedule == "interleaved":
         a.append(f"--num-layers-per-virtual-pipeline-stage {model.layers // stages}")
