@@ -34,6 +34,11 @@ CSS = (".gradio-container {max-width: 1280px !important; width: 100%; margin: au
        # on a phone a wide formula, table or command scrolls in its own box, not the whole page sideways
        " .prose {min-width: 0; max-width: 100%}"
        " .prose table, .prose pre, .prose .katex-display {display: block; max-width: 100%; overflow-x: auto}"
+       # a table's frame as wide as the table (not the page's width around a narrower one), and its
+       # cells broken between words only: a narrow screen scrolls the table rather than splitting
+       # "ZeRO-1" or "1,024" into a letter per line
+       " .prose table {width: fit-content}"
+       " .prose th, .prose td {overflow-wrap: normal; word-break: normal}"
        # a widget's message inset from the panel's edge, as its controls are
        " .gr-group [id$='-note'] {padding: 0 12px}")
 

@@ -67,11 +67,13 @@ def hit(experts: str, top_k: str, parts: str, field: str = "parts", groups: str 
     return {"parts": f"{hits:.2f}", "deepep": f"{hits * (n - 1) / n:.1f}", "alltoall": f"{k * (n - 1) / n:g}"}[field]
 
 
-def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1") -> str:
-    """Simulated bubble with equal stages, backward = 2 x forward."""
+def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1", of: str = "compute") -> str:
+    """Simulated bubble with equal stages, backward = 2 x forward: the busiest rank's idle time over
+    its compute (the bubble ratio, (p-1)/m for 1F1B), or `of`="step", over the step."""
     vv = int(v) if schedule == "interleaved" else 1
     t = simulate(schedule, int(p), int(m), vv, f=1.0 / vv, b=1.0 / vv, w=1.0 / vv)
-    return f"{t.bubble_fraction:.1%}"
+    idle = t.makespan - max(t.busy)
+    return f"{(idle / t.makespan if of == 'step' else t.bubble_fraction):.1%}"
 
 
 def flops(model: str, seq: str = "4096") -> str:

@@ -313,7 +313,8 @@ def measured_vs_predicted(points: list[dict], metric: str) -> Figure:
                  name=f"{key} node{'s' if key > 1 else ''}" if kind == 0 else key, text=[p["label"] for p in pts],
                  marker=marker[kind], legendrank=1 if kind == 2 else 1000,       # the visitor's first in the legend
                  hovertemplate="%{text}<br>measured %{x:.3g}<br>predicted %{y:.3g}<extra></extra>")
-            for (kind, key), pts in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))]
+            for (kind, key), pts in sorted(groups.items(),      # node counts as numbers (1, 2, 4, ... not 1, 16, 2)
+                                           key=lambda g: (g[0][0], g[0][1] if g[0][0] == 0 else 0, str(g[0][1])))]
     lo, hi = min(both), max(both)
     lo, hi = (lo / 1.3, hi * 1.3) if log else (min(0.0, lo), hi * 1.05)
     data.append(dict(type="scatter", x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",

@@ -74,7 +74,7 @@ def compute(v: dict):
     tables = [p for p in pts if p["series"] and not p["yours"]]
     parts = [f"Raspberry stars: **your {len(yours)} run{'s' if len(yours) > 1 else ''}**; {median_error(yours)}."] \
         if yours else []
-    parts += [f"{len(measured)} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
+    parts += [f"{len(measured):,} measured runs; {median_error(measured)}. Their predictions are the ones stored with "
              f"each run (default hardware profile: the nominal network, which the runs on many nodes did not "
              f"reach)."] if measured else []
     if tables:

@@ -19,13 +19,19 @@ KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", 
         "offload_layers", "offload_modules", "precision", "fp8_recipe", "fp8_weights")
 
 
+def layout_words(par) -> str:
+    """The layout's degrees: dp, those of the others above 1, and the ZeRO stage."""
+    degrees = (("tp", par.tp), ("pp", par.pp), ("vpp", par.vpp), ("cp", par.cp), ("ep", par.ep))
+    return ", ".join([f"dp {par.dp}"] + [f"{k} {n}" for k, n in degrees if n > 1] + [f"ZeRO-{par.zero}"])
+
+
 def compute(v: dict):
     model, cluster, par = scenario_from(v)
     mem = memory_dict(model, cluster, par)
     verdict = "fits" if mem["fits"] else "does **not** fit"
     text = (f"{which_model(v)}{escape.md(model.describe())}\n\n"
-            f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, dp "
-            f"{par.dp}, global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
+            f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, {layout_words(par)}, "
+            f"global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
             f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
             f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}"
