@@ -119,14 +119,13 @@ class _Search:
         return ["dualpipe"] if fits and "dualpipe" in self.space["schedule"] else []
 
     def fastest_dispatch(self, par):
-        """Of the dispatchers the space allows, the one whose step is shortest on this layout (closed
-        form; they hold the same memory in the model): DeepEP's measured kernels on Blackwell can be
-        slower than NCCL's all-to-all where a token reaches few GPUs (top-2 routing), and the SMs
-        they hold hide less of what they overlap."""
+        """Of the dispatchers the space allows, the one whose step is shortest here (closed form, same memory):
+        DeepEP's measured kernels on Blackwell can be slower than NCCL's all-to-all where a token reaches few
+        GPUs (top-2 routing), and the SMs they hold hide less of what they overlap."""
         options = self.space["dispatcher"]
         if len(options) == 1 or self.model.moe is None or par.ep == 1:
             return par
-        return min((replace(par, dispatcher=d) for d in options), key=self.closed_time)
+        return min((replace(par, dispatcher=d) for d in options), key=lambda p: self.score(p, fits=False))
 
     def worth_rebalancing(self, par) -> bool:
         """An uneven split moves layers, it does not remove work: a layout whose even split is
@@ -141,6 +140,7 @@ class _Search:
         when the smallest micro-batch does not fit."""
         sp = self.space
         for sizes, invalid in structures(self.model, self.cluster, sp, self.gbs):
+            limits.check_time()                  # thousands of structures on a huge cluster, scored or not
             try:
                 tp = sizes["tp"] > 1
                 vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
@@ -157,12 +157,12 @@ class _Search:
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
+                if invalid:
+                    self.rejected.append(Rejected(base, invalid))
+                    continue
                 base = self.fastest_dispatch(base)
             except ConfigError as exc:
                 self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
-                continue
-            if invalid:
-                self.rejected.append(Rejected(base, invalid))
                 continue
             mem = self.memory(base)
             one = None if isinstance(mem, ConfigError) or mem.fits else one_microbatch(base, sp["mbs"])
