@@ -134,6 +134,9 @@ def load(*paths: str | Path) -> Loaded:
 
 
 MAX_LINE_BYTES = 1 << 20        # a row is a few KB; a longer line is skipped unread
+# objects and arrays in one row: the harness writes about ten (its per-step lists hold numbers);
+# a line of "[]," is read in milliseconds but walked and held as hundreds of thousands of them
+MAX_ROW_CONTAINERS = 1_000
 MAX_PROBLEMS = 100              # problems listed per file; the rest are counted
 
 
@@ -192,8 +195,7 @@ def _load_lines(lines, name: str, out: Loaded, max_rows: int | None = None) -> L
     from calculators.specs.limits import check_time
     read = 0
     for n, line in lines:
-        if n % 1000 == 0:
-            check_time()                 # the caller's time budget, when it has one (a widget's)
+        check_time()                     # the caller's time budget, when it has one (a widget's)
         if line is None:
             problem(f"{name}:{n}: longer than {MAX_LINE_BYTES:,} bytes; line skipped")
             continue
@@ -204,7 +206,7 @@ def _load_lines(lines, name: str, out: Loaded, max_rows: int | None = None) -> L
             out.problems.append(f"{name}: more than {max_rows:,} rows; the rest (from line {n}) not read")
             break
         try:
-            row = loads(line, f"line {n}", max_bytes=MAX_LINE_BYTES + 1)
+            row = loads(line, f"line {n}", max_bytes=MAX_LINE_BYTES + 1, max_containers=MAX_ROW_CONTAINERS)
         except ConfigError as exc:
             problem(f"{name}:{n}: {str(exc).removeprefix(f'line {n} is ')}; line skipped")
             continue

@@ -56,13 +56,16 @@ def _server_rows(sources: tuple) -> tuple[list, list]:
     return rows, problems
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=2)
 def _upload_rows(upload: tuple) -> tuple[list, list]:
     with open(upload[0], "rb") as fh:
         got = results.load_bytes(fh.read(MAX_UPLOAD_BYTES + 1), "your upload", max_rows=MAX_UPLOAD_ROWS)
     problems = got.problems if got.rows or got.problems else ["your upload: no result rows in it (a results file "
                                                              "holds one JSON object a line, as the harness writes)"]
-    return [dict(r, source=r.get("source") or "your upload", _yours=True) for r in got.rows], problems
+    # kept without the metrics' per-step lists (times, losses), which no plot draws: a megabyte of
+    # them a row held 700 MB per upload
+    return [dict(r, metrics={k: v for k, v in r.get("metrics", {}).items() if not isinstance(v, (list, dict))},
+                 source=r.get("source") or "your upload", _yours=True) for r in got.rows], problems
 
 
 def _value(row, metric):

@@ -128,13 +128,19 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads(data, what: str, max_bytes: int = MAX_JSON_BYTES):
+def loads(data, what: str, max_bytes: int = MAX_JSON_BYTES, max_containers: int | None = None):
     """JSON text (str or UTF-8 bytes) -> its value, or ConfigError saying what is wrong with it:
     over `max_bytes`, not UTF-8, not JSON, NaN or Infinity, an integer too long to read, a
-    number too large for a float, nesting deeper than MAX_JSON_DEPTH."""
+    number too large for a float, nesting deeper than MAX_JSON_DEPTH, more than `max_containers`
+    objects and arrays (a megabyte of "[]," is 350,000 of them: seconds to walk, and memory)."""
     if len(data) > max_bytes:
         unit = "characters" if isinstance(data, str) else "bytes"
         raise ConfigError(f"{what} is {len(data):,} {unit} long; the limit is {max_bytes:,}")
+    # every object and array opens with a bracket (one inside a string only counts against it): counted
+    # before reading, at memory speed, where reading and walking them would take a quarter second a MB
+    if max_containers is not None and data.count("[" if isinstance(data, str) else b"[") + \
+            data.count("{" if isinstance(data, str) else b"{") > max_containers:
+        raise ConfigError(f"{what} holds more than {max_containers:,} objects and arrays")
     if isinstance(data, (bytes, bytearray)):
         try:
             data = data.decode("utf-8")

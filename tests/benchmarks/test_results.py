@@ -85,3 +85,22 @@ def test_an_upload_of_blank_lines_or_spaces_is_read_at_once_with_its_lines_numbe
         assert time.perf_counter() - t0 < 3.0 and not got.rows and not got.problems
     got = results.load_bytes(b'\n\n{"x": 1}\r\n' + b"a" * (results.MAX_LINE_BYTES + 10) + b"\n{bad", "u", 20_000)
     assert [p.split(":")[1] for p in got.problems] == ["3", "4", "5"], got.problems
+
+
+def test_an_upload_of_rows_holding_hundreds_of_thousands_of_arrays_is_refused_line_by_line_at_once():
+    """A megabyte line of "[]," is 350,000 arrays: read and walked, a quarter second a line, 41 s for
+    a 32 MB upload, and 700 MB held per upload. Each line's brackets are counted before it is read;
+    a row the harness writes holds about ten objects and arrays, its per-step lists numbers."""
+    import json
+    import time
+    line = b"[" + b"[]," * 340_000 + b"[]]\n"
+    row = dict(json.loads(open(results.BUNDLED / "h100_harness.jsonl", "rb").readline()))
+    row["metrics"] = dict(row["metrics"], junk=[[]] * 200_000)
+    nested = (json.dumps(row) + "\n").encode()
+    for data in (line * 31, nested * 31):
+        t0 = time.perf_counter()
+        got = results.load_bytes(data, "upload", max_rows=20_000)
+        assert time.perf_counter() - t0 < 2.0 and not got.rows
+        assert len(got.problems) == 31 and all("more than 1,000 objects and arrays" in p for p in got.problems)
+    row["metrics"] = dict(row["metrics"], junk=[1.5] * 1000)
+    assert len(results.load_bytes((json.dumps(row) + "\n").encode(), "upload").rows) == 1

@@ -69,6 +69,14 @@ def test_hostile_rows_in_an_upload_are_skipped_or_not_drawn_never_an_error():
         assert any(f"more than {measured.MAX_UPLOAD_ROWS:,} rows" in s for s in said)
     finally:
         os.remove(path)
+    # an upload is held without the per-step lists no plot draws (a megabyte of them a row held 700 MB)
+    steps = dict(ok, metrics={"tokens_per_s_per_gpu": 10.0, "step_times_s": [1.0] * 100_000})
+    path = _upload("long_rows.jsonl", (json.dumps(steps) + "\n").encode() * 8)
+    try:
+        held, _ = measured._upload_rows((path, os.path.getsize(path), os.path.getmtime(path)))
+        assert len(held) == 8 and all(r["metrics"] == {"tokens_per_s_per_gpu": 10.0} for r in held)
+    finally:
+        os.remove(path)
 
 
 def test_a_visitors_runs_are_their_own_orange_stars_with_their_own_error():
