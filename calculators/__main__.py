@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -239,15 +240,30 @@ def cmd_memory(args) -> int:
     return 0
 
 
+MAX_BUDGET_S = 1e6               # about 11 days: past it (1e10, inf) the alarm timer overflows
+
+
+def _budget(text: str) -> float:
+    """--budget-s: seconds, 0 for no limit (argparse names the option in its message)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_BUDGET_S:              # NaN too
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds from 0 (no limit) to "
+                                         f"{MAX_BUDGET_S:,.0f}")
+    return seconds
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calculators", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     est = sub.add_parser("estimate", help="JSON Lines scenarios on stdin -> JSON Lines answers on stdout")
-    est.add_argument("--budget-s", type=float, default=10.0,
+    est.add_argument("--budget-s", type=_budget, default=10.0,
                      help="wall-clock seconds one line may take before it is answered with an error (0: no limit)")
     pl = sub.add_parser("plan", help="the fastest layouts that fit (JSON request on stdin or --file)")
-    pl.add_argument("--budget-s", type=float, default=60.0,
+    pl.add_argument("--budget-s", type=_budget, default=60.0,
                     help="wall-clock seconds the search may take before it stops with an error (0: no limit)")
     pl.add_argument("--file", help="the request as a JSON file instead of stdin")
     pl.add_argument("--text", action="store_true", help="a table instead of JSON")
@@ -256,7 +272,7 @@ def main(argv=None) -> int:
     for name, what, seconds in (("budget", "days, GPU-hours, cost and goodput per cluster size", 120.0),
                                 ("optimal", "Chinchilla compute-optimal model size and tokens", 10.0)):
         b = sub.add_parser(name, help=f"{what} (JSON request on stdin or --file)")
-        b.add_argument("--budget-s", type=float, default=seconds,
+        b.add_argument("--budget-s", type=_budget, default=seconds,
                        help="wall-clock seconds the request may take before it stops with an error (0: no limit)")
         b.add_argument("--file", help="the request as a JSON file instead of stdin")
         b.add_argument("--text", action="store_true", help="a table instead of JSON")

@@ -338,3 +338,11 @@ def test_parsed_models_and_clusters_are_cached_only_from_short_texts():
     assert scenario.parse_hardware({"gpu": gpu, "nodes": 2}) is cluster                # the cached one
     assert scenario._model_cached.cache_info().currsize == 1
     assert scenario._hardware_cached.cache_info().currsize == 1
+
+
+@pytest.mark.parametrize("budget", ["1e10", "inf", "1e308", "nan", "-1", "ten"])
+def test_a_budget_the_alarm_cannot_hold_is_refused_by_name(budget, capsys):
+    """--budget-s 1e10 overflowed the alarm timer (no line answered) and nan meant no limit."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["estimate", "--budget-s", budget])
+    assert stop.value.code == 2 and "argument --budget-s" in capsys.readouterr().err
