@@ -20,7 +20,7 @@ from . import Widget, controls_row, wire
 CONTROLS = {
     "model": (lambda v: gr.Dropdown(list(MODEL_PRESETS), value=v, label="model preset"), "llama3-70b"),
     "gpu": (lambda v: gr.Dropdown(list(GPU_PRESETS), value=v, label="GPU"), "H100-80GB"),
-    "nodes": (lambda v: gr.Number(v, label="nodes (8 GPUs each)", precision=0, minimum=1,
+    "nodes": (lambda v: gr.Number(v, label="nodes (8 GPUs each; GB200 and GB300: 72-GPU racks)", precision=0, minimum=1,
                                   maximum=limits.MAX_GPUS // 8), 8),
     "seq": (lambda v: gr.Number(v, label="sequence length", precision=0, minimum=128, maximum=limits.MAX_SEQ), 8192),
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1,
@@ -59,7 +59,9 @@ def compute(v: dict):
             for p in ans["plans"]]
     rejected = "\n".join(f"- `{r['label']}`: {escape.md(r['reason'], 600)}" for r in ans["rejected"][:6])
     links = plan_link.markdown(ans["plans"], v["model"], v["gpu"], int(v["nodes"]))
-    text = (f"**Why #1:** {escape.md(ans['why'], 2000)}\n\n{links}\n\nSearched {ans['searched']:,} layouts in "
+    gpn = GPU_PRESETS[v["gpu"]].gpus_per_node
+    text = (f"**Why #1:** {escape.md(ans['why'], 2000)}\n\n{links}\n\nOn {int(v['nodes']):,} x {gpn} {v['gpu']} "
+            f"({int(v['nodes']) * gpn:,} GPUs), searched {ans['searched']:,} layouts in "
             f"{ans['seconds']:.1f} s. MFU: model FLOPs over the dense bf16 peak; memory: GiB on the most loaded "
             f"GPU, in {v['framework']}'s layout; bubble: the busiest rank's idle time over its compute.\n\n"
             f"**Rejected:**\n{rejected}")
