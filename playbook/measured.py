@@ -103,7 +103,7 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
     A row's fields are read defensively: whatever a schema-valid row holds, it is drawn or skipped."""
     rows, problems = load_rows(sources, upload)
     v = {"metric": metric, "model": model, "nodes": nodes_filter}
-    pts, before_fix = [], 0
+    pts, before_fix, undrawn = [], 0, 0
     for r in rows:
         if r["suite"] != "train" or r["status"] != "ok":
             continue
@@ -126,8 +126,12 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
                         "source": str(r.get("source") or "your run")[:300],
                         "series": escape.plot(f"published: {str(release)[:80]}") if release else "",
                         "yours": r.get("_yours") is True})
+        elif r.get("_yours") is True:
+            undrawn += 1
     note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
             "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
+    note += [f"{undrawn} of your rows: their {metric} or its prediction is missing or not a positive number "
+             f"from {NUMBER_RANGE[0]:g} to {NUMBER_RANGE[1]:g}"] if undrawn else []
     return pts, note, list(problems)
 
 

@@ -61,6 +61,7 @@ def test_hostile_rows_in_an_upload_are_skipped_or_not_drawn_never_an_error():
         fig, text = explorer.compute({"metric": "tokens/s/GPU", "model": "", "nodes": "all", "upload": path})
         assert "Something went wrong" not in text and "Infinity" not in json.dumps(fig.to_dict() if hasattr(
             fig, "to_dict") else fig, default=str)
+        assert "skipped 3 of your rows: their tokens/s/GPU or its prediction is missing" in text
     finally:
         os.remove(path)
     path = _upload("many_rows.jsonl", b"{}\n" * (measured.MAX_UPLOAD_ROWS + 10))
