@@ -73,6 +73,9 @@ def parse(request) -> dict:
     whole_list(problems, "budget.gpus", gpus, 1, limits.MAX_GPUS, limits.MAX_SIZES)
     if not problems and not gpus:
         problems.append("budget.gpus must hold at least one cluster size")
+    if not problems and req["tokens"] < req["gbs"] * req["seq"]:
+        problems.append(f"budget.tokens ({req['tokens']:,.0f}) is less than one step's gbs x seq = "
+                        f"{req['gbs']:,} x {req['seq']:,}: train on more tokens or lower gbs")
     if not problems and "max_batch_tokens" in req and req["gbs"] * req["seq"] > req["max_batch_tokens"]:
         problems.append(f"budget.max_batch_tokens ({req['max_batch_tokens']:,}) is below gbs x seq = "
                         f"{req['gbs']:,} x {req['seq']:,}: raise it or lower gbs")

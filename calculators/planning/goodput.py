@@ -109,8 +109,9 @@ def goodput(model: ModelSpec, gpus: int, framework: str = "megatron", zero: int 
     if share < MIN_GOODPUT:
         raise ConfigError(f"on {gpus:,} GPUs the job fails every {mtbf / 60:,.3g} minutes on average, and a "
                           f"checkpoint takes {write:,.3g} s to write and {lost:,.3g} s to restart from: it would "
-                          f"train under {MIN_GOODPUT:.0%} of the time. Lower failures_per_gpu_day, raise "
-                          "checkpoint_gbps or shorten restart_s")
+                          f"train under {MIN_GOODPUT:.0%} of the time. Use fewer GPUs, a lower failure rate "
+                          "(failures_per_gpu_day), faster checkpoint storage (checkpoint_gbps) or a shorter "
+                          "restart (restart_s)")
     return Goodput(min(share, 1.0), mtbf, size / 1e9, write, write, tau, restart_s)
 
 
