@@ -70,13 +70,16 @@ def settings(plan: dict, model: str, gpu: str, nodes: int) -> dict:
     par["etp"] = 0 if par["etp"] == par["tp"] else par["etp"]      # 0: as tp (the control's default)
     if par["tp"] == 1:                      # sp and TP overlap mean nothing without TP: left as they are
         del par["sp"], par["tp_overlap"]
+    if par["ep"] == 1:                      # nor EP overlap without EP
+        del par["ep_overlap"]
     return {**par, "model": model, "gpu": gpu, "nodes": nodes,
             "gpn": parse_hardware({"gpu": gpu, "nodes": nodes}).gpus_per_node}
 
 
 def _layout(par):
     """`par` as the widget builds it: sp and TP overlap mean nothing without TP (values.scenario_from)."""
-    return replace(par, sp=par.sp and par.tp > 1, tp_overlap=par.tp_overlap and par.tp > 1)
+    return replace(par, sp=par.sp and par.tp > 1, tp_overlap=par.tp_overlap and par.tp > 1,
+                   ep_overlap=par.ep_overlap and par.ep > 1)
 
 
 def link(plan: dict, model: str, gpu: str, nodes: int) -> tuple[str | None, str]:

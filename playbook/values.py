@@ -163,4 +163,6 @@ def scenario_from(values: dict):
     for k in ("sp", "tp_overlap"):            # both mean something only with TP
         if k in values:
             par[k] = flag(values[k]) and par.get("tp", 1) > 1
+    if "ep_overlap" in values:                # likewise with EP
+        par["ep_overlap"] = flag(values["ep_overlap"]) and par.get("ep", 1) > 1
     return model, cluster, parse_parallel(par)

@@ -15,7 +15,8 @@ from ..specs.errors import ConfigError
 def optimistic(search, base, prune: float) -> float:
     """A structure's time with its fastest knobs, fit or not: no recompute, the lowest ZeRO
     stage, the schedules with the smallest bubble (zero-bubble or 1F1B; the deepest interleaving
-    that runs; DualPipe, hiding MoE all-to-alls, where allowed), the smallest and largest mbs."""
+    that runs; DualPipe, hiding MoE all-to-alls, where allowed), Megatron's EP overlap where allowed,
+    the smallest and largest mbs."""
     sp = search.space
     schedules = [(base.schedule, base.vpp)]
     if base.pp > 1:
@@ -28,6 +29,7 @@ def optimistic(search, base, prune: float) -> float:
                 1 - 1 / prune:
             schedules += [("interleaved", v) for v in sorted(sp["vpp"], reverse=True)]
     schedules += [(s, 1) for s in search.pairing(base.pp)]
+    paired = [True] if True in sp["ep_overlap"] and base.ep > 1 else []      # Megatron's EP overlap
     times = []
     for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0)}:
         interleaved = False
@@ -37,6 +39,7 @@ def optimistic(search, base, prune: float) -> float:
             try:
                 par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
                               schedule=schedule, vpp=vpp)
+                times += [search.score(replace(par, ep_overlap=True), fits=False) for _ in paired]
                 times.append(search.score(par, fits=False))
                 interleaved = interleaved or schedule == "interleaved"
             except (ConfigError, ValueError):

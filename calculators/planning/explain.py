@@ -21,7 +21,7 @@ LABELS = {"compute": "compute", "recompute": "recomputation",
           "other": "time outside the layers (embedding, output layer and loss, gradient accumulation, pipeline sends)",
           "bubble": "pipeline bubble",
           "dp_exposed": "exposed data-parallel sync", "optimizer": "optimizer step"}
-COMPARED = ("tp", "cp", "ep", "pp", "dp", "vpp", "zero", "mbs", "recompute", "schedule", "split")
+COMPARED = ("tp", "cp", "ep", "pp", "dp", "vpp", "zero", "mbs", "recompute", "schedule", "ep_overlap", "split")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ def label(p: ParallelConfig) -> str:
     parts = [f"tp{p.tp}", f"cp{p.cp}"] + ([f"ep{p.ep}"] if p.ep > 1 else []) + [f"pp{p.pp}", f"dp{p.dp}"]
     parts += [f"vpp{p.vpp}"] if p.vpp > 1 else []
     parts += ["tp-overlap"] if p.tp_overlap else []
+    parts += ["ep-overlap"] if p.ep_overlap else []
     parts += [p.dispatcher] if p.ep > 1 and p.dispatcher != "alltoall" else []
     parts += [f"experts={p.experts}"] if p.experts else []
     parts += [f"elementwise={p.elementwise}"] if p.elementwise else []

@@ -33,10 +33,10 @@ from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig, derive, virtual_split, zero_shards
+from ..specs.parallel import ParallelConfig, derive, virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
-from .space import one_microbatch, space, structures
+from .space import hsdp_replicas, one_microbatch, space, structures
 from .split import balance_split
 from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs, zero_terms
 
@@ -228,26 +228,17 @@ class _Search:
                                     break
                                 continue
                             fitted = True
-                            for replicas in self.hsdp_replicas(par):
+                            for replicas in hsdp_replicas(self.framework, self.model, self.cluster, par):
                                 self._least_recompute(derive(par, dp_replicate=replicas), set())
                         if not fitted:
                             break
 
-    def hsdp_replicas(self, par) -> list:
-        """HSDP variants (parallel.dp_replicate) of an FSDP2 ZeRO 2/3 layout: shard groups of 1, 4 and
-        16 nodes' data-parallel ranks, fewer per gather for more state (they pay at thousands of GPUs)."""
-        if self.framework != "fsdp2" or par.zero < 2 or self.cluster.gpus_per_node % par.tp:
-            return []
-        ranks, per_node = par.dp * par.cp, self.cluster.gpus_per_node // par.tp
-        experts = zero_shards(par)[1]
-        out = []
-        for nodes in (1, 4, 16):
-            shard = per_node * nodes
-            replicas = ranks // shard
-            if ranks % shard or replicas <= 1 or par.dp % replicas or (self.model.moe and experts % replicas):
-                continue
-            out.append(replicas)
-        return out
+    def paired(self, par):
+        """`par` with Megatron's EP overlap (parallel.ep_overlap) where the space allows it and it is valid
+        (no full recompute, no 'moe' module; interleaved with a pipeline), if it fits; else None."""
+        if True not in self.space["ep_overlap"] or par.ep == 1 or par.ep_overlap or par.schedule == "dualpipe":
+            return None
+        return self._fitting(replace(par, ep_overlap=True))     # memory() refuses what check_layout does
 
     def virtual_split(self, p: int, v: int) -> tuple:
         return virtual_split(self.model.layers, p, v, self.framework)
@@ -270,7 +261,7 @@ class _Search:
                 failed.add(lv)
             return found
         best = next((c for c in map(fitting, levels[:-1]) if c), frugal)
-        self.scored.append((self.score(best), best))
+        self.scored += [(self.score(p), p) for p in (best, self.paired(best)) if p is not None]
         if best.recompute != "none" and par.pp == 1 and self.framework == "megatron":
             # activations offloaded instead of recomputed, with the fewest layers that fit
             offloaded = (self._fitting(derive(par, recompute="none", offload_layers=n))

@@ -11,14 +11,14 @@ from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.limits import PARALLEL, PLAN
 from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
-                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive)
+                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive, zero_shards)
 from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
                                order as recompute_order)
 from ..specs.validate import choice, flag, integer, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
-         "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-         "offload_layers", "offload_modules")
+         "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
+         "fp8_weights", "offload_layers", "offload_modules")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -61,6 +61,11 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # TP comm pipelined with its GEMMs: never slower and no memory in the model, so with TP it
         # is taken where allowed; by default where the framework has it built in (Megatron/TE)
         "tp_overlap": [constraints.get("framework", "megatron") == "megatron"],
+        # MoE all-to-alls under another micro-batch's compute (Megatron's overlap_moe_expert_parallel_comm,
+        # the Bridge recipes' moe_a2a_overlap): tried beside each layout where valid (planner.paired) only
+        # where the user allows it (ep_overlap: [false, true]); not by default, since the step model is
+        # optimistic on the Bridge H100 MoE runs that use it (validation.published) and it would favour it
+        "ep_overlap": [False],
         # MoE dispatch: DeepEP and HybridEP are separate installs, tried only where the user allows
         # them (dispatcher: deepep, hybridep); of those allowed, each layout takes the fastest
         # (_Search.fastest_dispatch)
@@ -101,8 +106,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         if not (v in RECOMPUTE or modules(v)):
             problems.append(f"plan constraints: recompute must be one of {', '.join(map(repr, RECOMPUTE))} or "
                             f"Megatron's recompute modules joined by '+' (e.g. {MODULES_TEXT}) (got {show(v)})")
-    for v in sp["tp_overlap"]:
-        flag(problems, "plan constraints: tp_overlap", v)
+    for knob in ("tp_overlap", "ep_overlap"):
+        for v in sp[knob]:
+            flag(problems, f"plan constraints: {knob}", v)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     framework = constraints.get("framework", "megatron")
@@ -179,3 +185,20 @@ def node_counts(start: int, gpus_per_node: int) -> list[int]:
         counts.append(int(counts[-1] * 1.25) + 1)
     counts = [n for n in counts if n <= top]
     return counts + [top] if top > start and (not counts or counts[-1] < top) else counts
+
+
+def hsdp_replicas(framework: str, model, cluster, par) -> list:
+    """HSDP variants (parallel.dp_replicate) of an FSDP2 ZeRO 2/3 layout: shard groups of 1, 4 and
+    16 nodes' data-parallel ranks, fewer per gather for more state (they pay at thousands of GPUs)."""
+    if framework != "fsdp2" or par.zero < 2 or cluster.gpus_per_node % par.tp:
+        return []
+    ranks, per_node = par.dp * par.cp, cluster.gpus_per_node // par.tp
+    experts = zero_shards(par)[1]
+    out = []
+    for nodes in (1, 4, 16):
+        shard = per_node * nodes
+        replicas = ranks // shard
+        if ranks % shard or replicas <= 1 or par.dp % replicas or (model.moe and experts % replicas):
+            continue
+        out.append(replicas)
+    return out

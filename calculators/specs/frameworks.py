@@ -41,8 +41,9 @@ ROLES = ("weights", "grads", "master", "optimizer")
 # Megatron-LM runs 1F1B and interleaved 1F1B; the planner also offers it ZB-H1 and DualPipeV as
 # the forks that add them do, and the export says so.
 LIMITS = {
-    "nanotron": {"schedule": ("gpipe", "1f1b"), "zero": (0, 1), "cp": (1,)},
-    "deepspeed": {"schedule": ("1f1b",)},
+    "nanotron": {"schedule": ("gpipe", "1f1b"), "zero": (0, 1), "cp": (1,), "ep_overlap": (False,)},
+    "deepspeed": {"schedule": ("1f1b",), "ep_overlap": (False,)},
+    "fsdp2": {"ep_overlap": (False,)},         # Megatron's overlap_moe_expert_parallel_comm; torchtitan has none
 }
 # What a framework runs that the planner keeps to unless the constraints name more: Megatron-Core's
 # pipeline schedules are 1F1B and its interleaved form (pipeline_parallel/schedules.py's

@@ -2,8 +2,7 @@
 (API name = the widget id, so gradio_client and the latency tests can call it) and returns a
 `Widget` that says which controls it has, so the app can put every setting in the URL.
 
-Chapters place widgets with parameters: `{{ widget memory model=llama3-70b tp=8 show=tp,pp,zero }}`
-sets defaults and which controls show; the rest keep their defaults, hidden.
+Chapters place widgets with defaults and the controls shown: `{{ widget memory model=llama3-70b tp=8 show=tp,zero }}`.
 
 Shared here: the scenario controls (model, cluster, layout) most widgets use, their parsing into
 calculator objects, and `guard`, which turns bad input into an inline message, never a trace.
@@ -81,6 +80,7 @@ SCENARIO = {
     "dp_replicate": (_slider(1, 128, "HSDP replicas (fsdp2, ZeRO 2/3; 1: FSDP over every rank)"), 1),
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),
     "tp_overlap": (lambda v: gr.Checkbox(v, label="TP comm overlapped with GEMMs (Megatron/TE)"), False),
+    "ep_overlap": (lambda v: gr.Checkbox(v, label="EP all-to-all under another micro-batch (Megatron)"), False),
     "mbs": (_slider(1, 32, "micro-batch (sequences)"), 1),
     "gbs": (lambda v: gr.Number(v, label="global batch (sequences)", precision=0, minimum=1, maximum=limits.MAX_BATCH),
             64),
@@ -218,7 +218,7 @@ def preset_in_use(text):
 
 
 # A control's height on the page in px (1440 x 900, Gradio's Soft theme), for columns of equal height.
-HEIGHT = {"config": 150, "sp": 60, "tp_overlap": 60}
+HEIGHT = {"config": 150, "sp": 60, "tp_overlap": 60, "ep_overlap": 60}
 
 
 def balanced_cut(heights: list) -> int:

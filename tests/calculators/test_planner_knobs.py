@@ -196,3 +196,21 @@ def test_dualpipe_without_a_pipeline_is_planned_only_where_the_framework_pairs_m
     assert any("runs no such pairing" in n for n in export("torchtitan", model, cluster, par)[1])
     overlapped = replace(par, framework="megatron", schedule="1f1b", ep_overlap=True, recompute="selective")
     assert "--overlap-moe-expert-parallel-comm" in export("megatron", model, cluster, overlapped)[0]
+
+
+def test_megatron_moe_plans_try_ep_overlap_where_megatron_runs_it():
+    """Megatron's overlap_moe_expert_parallel_comm (the Bridge recipes' moe_a2a_overlap), where the user
+    allows it, is tried beside each MoE layout where it is valid (EP, no full recompute or 'moe' module,
+    interleaved under a pipeline); not by default; other frameworks have none and refuse it by name."""
+    model, cluster = model_from_name("qwen3-30b-a3b"), ClusterSpec(gpu_from_name("H100-80GB"), nodes=4, gpus_per_node=8)
+    both = {"framework": "megatron", "pp": 1, "ep_overlap": [False, True]}
+    best = plan(model, cluster, 4096, 256, both, top=10).plans
+    paired = [p for p in best if p.par.ep_overlap]
+    assert paired and all(p.par.ep > 1 and p.par.recompute != "full" for p in paired)
+    alone = plan(model, cluster, 4096, 256, {"framework": "megatron", "pp": 1}).plans
+    assert best[0].step.time_s <= alone[0].step.time_s and not any(p.par.ep_overlap for p in alone)
+    assert "--overlap-moe-expert-parallel-comm" in export("megatron", model, cluster, paired[0].par)[0]
+    full = plan(model, cluster, 4096, 256, {**both, "recompute": "full"}).plans
+    assert full and not any(p.par.ep_overlap for p in full)
+    with pytest.raises(ConfigError, match="fsdp2 does not run ep_overlap"):
+        plan(model, cluster, 4096, 256, {"framework": "fsdp2", "ep_overlap": True})

@@ -72,7 +72,8 @@ def test_hostile_requests_get_clear_answers_and_the_server_stays_small(served, w
              # out of a control's range, of the wrong type, or not one it offers: the app's check
              # names the control (Gradio's own answered without its name, or with no message at all
              # for a string in a slider, and took true for 1)
-             ("planner_11_1", {"nodes": 10**9}, "nodes \\(8 GPUs each\\) must be a whole number from 1"),
+             ("planner_11_1", {"nodes": 10**9}, "nodes \\(8 GPUs each; GB200 and GB300: 72\\-GPU racks\\) must be a "
+              "whole number from 1"),
              ("planner_11_1", {"gbs": 10**12}, "global batch \\(sequences\\) must be a whole number"),
              ("planner_11_1", {"gbs": True}, "got True"),
              ("planner_11_1", {"model": "Z" * 10_000}, "model preset must be one of"),
