@@ -17,6 +17,8 @@ max_window_layers on where use_sliding_window is set) is read as the model's `wi
 """
 from __future__ import annotations
 
+import re
+
 from . import limits
 from .errors import ConfigError
 from .models import MLASpec, ModelSpec, MoESpec
@@ -110,7 +112,11 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
                     vocab=f.need(M["vocab"], "vocab_size"), tied_embeddings=f.flag("tie_word_embeddings", False),
                     mlp="gelu", norm="layernorm", bias=True)
     else:
-        args = _llama_like(f, kind)
+        try:
+            args = _llama_like(f, kind)
+        except ConfigError as exc:                 # its MoE fields fine one by one, not together
+            raise ConfigError([f"config.json describes a model that cannot be: {p}{_keys_of(p)}"
+                               for p in exc.problems]) from None
     if f.missing:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
@@ -122,7 +128,26 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
     try:
         return ModelSpec(name=name, source="config.json" + (f"; {note}" if note else ""), **args)
     except ConfigError as exc:                     # fields fine one by one, not together (top_k > experts)
-        raise ConfigError([f"config.json describes a model that cannot be: {p}" for p in exc.problems]) from None
+        raise ConfigError([f"config.json describes a model that cannot be: {p}{_keys_of(p)}"
+                           for p in exc.problems]) from None
+
+
+# the config.json keys (transformers' names) behind the model fields a check of them together names
+CONFIG_KEYS = {"model.heads": "num_attention_heads (and num_key_value_heads)",
+               "model.ffn": "intermediate_size (GPT-2's n_inner)",
+               "model.head_dim": "head_dim, else hidden_size / num_attention_heads",
+               "model.moe.experts": "num_experts, num_local_experts or n_routed_experts",
+               "model.moe.top_k": "num_experts_per_tok", "model.moe.groups": "n_group",
+               "model.moe.groups_per_token": "topk_group", "model.moe.expert_ffn": "moe_intermediate_size",
+               "model.moe.dense_layers": "first_k_dense_replace or mlp_only_layers",
+               "model.moe.moe_every": "decoder_sparse_step or moe_layer_freq",
+               "model.window_layers": "sliding_window and max_window_layers"}
+
+
+def _keys_of(problem: str) -> str:
+    """' (model.moe.groups is config.json's n_group; ...)' for the model fields `problem` names."""
+    named = [k for k in dict.fromkeys(re.findall(r"model\.[a-z_.]*[a-z]", problem)) if k in CONFIG_KEYS]
+    return " (" + "; ".join(f"{k} is config.json's {CONFIG_KEYS[k]}" for k in named) + ")" if named else ""
 
 
 def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:

@@ -6,6 +6,7 @@ never a traceback, a hang, a non-finite number or invalid JSON."""
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -346,3 +347,17 @@ def test_a_budget_the_alarm_cannot_hold_is_refused_by_name(budget, capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["estimate", "--budget-s", budget])
     assert stop.value.code == 2 and "argument --budget-s" in capsys.readouterr().err
+
+
+def test_a_config_whose_fields_cannot_go_together_names_their_config_keys():
+    """A check of fields together names the model's fields; a config's reader gets its own keys too
+    ('model.moe.groups' is nowhere in a DeepSeek config.json: n_group is)."""
+    moe = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "intermediate_size": 512, "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 64, "n_group": 3, "topk_group": 1, "kv_lora_rank": 64, "q_lora_rank": 64,
+           "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}
+    gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 128,
+            "n_inner": 0}
+    for cfg, says in ((moe, "model.moe.groups is config.json's n_group"), (gpt2, "GPT-2's n_inner")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            from_hf_config(json.dumps(cfg))
