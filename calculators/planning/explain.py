@@ -93,9 +93,11 @@ def why(a, b) -> str:
     """One sentence from the two breakdowns: what the winner saves, and what it pays for it."""
     ta, tb = a.step.time_s, b.step.time_s
     diffs = {k: b.step.breakdown.get(k, 0.0) - a.step.breakdown.get(k, 0.0) for k in LABELS}
-    # a part that moves under 0.1% of the step says nothing to the reader (an optimizer step 0.0004 s shorter)
-    gains = sorted(((v, k) for k, v in diffs.items() if v > 1e-3 * ta), reverse=True)
-    losses = sorted((v, k) for k, v in diffs.items() if v < -1e-6 * ta)
+    # a part that moves under 0.1% of the step is not named (an optimizer step 0.0004 s shorter), but
+    # it is summed with the rest
+    small = 1e-3 * ta
+    gains = sorted(((v, k) for k, v in diffs.items() if v > 0), reverse=True)
+    losses = sorted((v, k) for k, v in diffs.items() if v < 0)
     knobs = [f"{k} {_fmt(getattr(a.par, k))} instead of {_fmt(getattr(b.par, k))}"
              for k in COMPARED if getattr(a.par, k) != getattr(b.par, k) and k != "split"
              and (k != "schedule" or min(a.par.pp, b.par.pp) > 1)]        # one stage: no schedule
@@ -108,19 +110,21 @@ def why(a, b) -> str:
     # name the gains, largest first, until they outweigh every loss (at most three); what else moves
     # is summed, so the sentence's seconds add up to the difference between the two steps
     paid = -sum(v for v, _ in losses)
-    named = next((gains[:i] for i in range(1, 4) if sum(v for v, _ in gains[:i]) > paid), gains[:3])
-    if gains:
-        parts = [f"its {LABELS[k]} is {v:.3g} s shorter" for v, k in named]
-        rest = sum(v for v, _ in gains[len(named):])
-        parts += [f"the rest is {rest:.3g} s shorter"] if rest > 1e-3 * ta else []
-        text += " " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-    else:
-        text += " it is faster overall"
-    if losses:
+    big = [g for g in gains if g[0] > small]
+    named = next((big[:i] for i in range(1, 4) if sum(v for v, _ in big[:i]) > paid), big[:3])
+    parts = [f"its {LABELS[k]} is {v:.3g} s shorter" for v, k in named]
+    rest = sum(v for v, _ in gains) - sum(v for v, _ in named)
+    parts += [f"{'the rest' if named else 'its parts'} {'is' if named else 'are'} {rest:.3g} s shorter"
+              f"{'' if named else ' together'}"] if rest > small else []
+    text += " " + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else \
+        " it is faster overall"
+    if losses and -losses[0][0] > small:
         v, k = losses[0]
         more = paid + v
-        text += f", which outweighs {-v:.3g} s more {LABELS[k]}" + \
-            (f" and {more:.3g} s more elsewhere" if more > 1e-3 * ta else "")
+        text += f", which outweighs {-v:.3g} s more {LABELS[k]}" + (f" and {more:.3g} s more elsewhere"
+                                                                     if more > small else "")
+    elif paid > small:
+        text += f", which outweighs {paid:.3g} s more elsewhere"
     return text + "."
 
 

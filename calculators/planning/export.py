@@ -10,6 +10,7 @@ DeepSpeed's JSON config (`train_batch_size`, `zero_optimization.stage`, ...).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ..specs.hardware import ClusterSpec
 from .explain import runs_text as split_text
@@ -38,7 +39,8 @@ def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
     if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None and fmt != "harness":
         notes.append("schedule dualpipe without a pipeline is planned as pairing two micro-batches, each one's "
                      "all-to-alls under the other's compute: " +
-                     ("add --overlap-moe-expert-parallel-comm (its first forward and last backward run alone)"
+                     ("add --overlap-moe-expert-parallel-comm (its first forward and last backward run alone; "
+                      "it refuses full recompute and the 'moe' module)"
                       if fmt == "megatron" else f"{fmt} runs no such pairing, so its step takes longer"))
     if len(set(par.recompute_ranks)) > 1 and fmt != "harness":
         notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
@@ -115,8 +117,10 @@ def _megatron(model, cluster, par, _ref):
                      "without it expect the step with experts=loop")
     stages = par.pp * (par.vpp if par.schedule == "interleaved" else 1)
     # Megatron refuses layers that its stages do not divide unless a split says where they go: the one
-    # the calculators cost (pipeline_stages: the first stages take one more)
-    split = par.split or tuple(len(s) for s in pipeline_stages(model, par)) if model.layers % stages else par.split
+    # the calculators cost (pipeline_stages: the first stages take one more); for DualPipe's V, which
+    # Megatron runs as 1F1B (noted below), 1F1B's
+    ran = replace(par, schedule="1f1b") if par.schedule == "dualpipe" else par
+    split = par.split or tuple(len(s) for s in pipeline_stages(model, ran)) if model.layers % stages else par.split
     if len(split) != stages:
         split = ()
     if split and _is_megatron_split(model, split):

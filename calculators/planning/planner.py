@@ -113,10 +113,9 @@ class _Search:
         return par.microbatches * max(busy) + pipeline_tail(self.model, self.cluster, par, self.profile, costs)[0]
 
     def pairing(self, pp: int) -> list:
-        """DualPipe for an MoE model where the space allows it: pairing two micro-batches hides the all-to-alls,
-        also without a pipeline (Megatron's ep_overlap), though torchtitan (fsdp2) pairs none there."""
-        fits = self.model.moe and (pp > 1 or self.framework != "fsdp2")
-        return ["dualpipe"] if fits and "dualpipe" in self.space["schedule"] else []
+        """DualPipe for an MoE model under a pipeline, where the space allows it. Without one nothing runs by
+        that name: Megatron pairs micro-batches with ep_overlap (paired), torchtitan not at all."""
+        return ["dualpipe"] if self.model.moe and pp > 1 and "dualpipe" in self.space["schedule"] else []
 
     def fastest_dispatch(self, par):
         """Of the dispatchers the space allows, the one whose step is shortest here (closed form, same memory):
@@ -143,7 +142,9 @@ class _Search:
             limits.check_time()                  # thousands of structures on a huge cluster, scored or not
             try:
                 tp = sizes["tp"] > 1
-                vpp = sp["vpp"][0] if "1f1b" not in sp["schedule"] and sp["schedule"][0] == "interleaved" else 1
+                single = sizes["pp"] == 1             # one stage runs no pipeline schedule: 1F1B's name for it
+                vpp = sp["vpp"][0] if not single and "1f1b" not in sp["schedule"] and \
+                    sp["schedule"][0] == "interleaved" else 1
                 zero = self.zero_stages(sizes["dp"], sizes["cp"], sizes["pp"])[0]
                 base = ParallelConfig(**sizes, sp=tp, tp_overlap=tp and True in sp["tp_overlap"], seq=self.seq,
                                       dispatcher=sp["dispatcher"][0],
@@ -155,7 +156,7 @@ class _Search:
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
                                       offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
-                                      schedule="1f1b" if "1f1b" in sp["schedule"] else sp["schedule"][0],
+                                      schedule="1f1b" if single or "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
                 if invalid:
                     self.rejected.append(Rejected(base, invalid))
@@ -208,7 +209,7 @@ class _Search:
         skips to) and falls with ZeRO, so a micro-batch that does not fit ends its loop and a ZeRO
         stage where nothing fits ends the ZeRO loop."""
         sp = self.space
-        schedules = sp["schedule"] if base.pp > 1 else list(dict.fromkeys([base.schedule] + self.pairing(1)))
+        schedules = sp["schedule"] if base.pp > 1 else [base.schedule]
         # a recompute level that does not fit one micro-batch size fits no larger one (every rank's
         # activations grow with it) but under FSDP2, whose one micro-batch per step holds less
         monotone = self.framework != "fsdp2"

@@ -48,7 +48,8 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None:
         w.append("schedule dualpipe with pp=1 is costed as DualPipe's pairing of two micro-batches, whose "
                  "all-to-alls hide under each other's compute; "
-                 + ("Megatron runs that as ep_overlap (--overlap-moe-expert-parallel-comm) with 1f1b"
+                 + ("Megatron runs that as ep_overlap (--overlap-moe-expert-parallel-comm) with 1f1b, without "
+                    "full recompute or the 'moe' module"
                     if par.framework == "megatron" else
                     f"{par.framework} runs no such pairing without a pipeline: use schedule 1f1b"))
     if par.master_dtype == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":

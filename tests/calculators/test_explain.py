@@ -30,3 +30,14 @@ def test_the_reason_names_gains_that_outweigh_the_losses_and_sums_the_rest(loser
     gap = sum(loser.values()) - sum(winner.values())
     assert gap > 0 and shorter - more == pytest.approx(gap, rel=0.01), text
     assert shorter > more, text
+
+
+def test_gains_too_small_to_name_are_still_summed():
+    """Five parts 0.05 s shorter each, none worth naming at a 100 s step, still count: 1 - 0.5 s was
+    printed for a 0.75 s difference."""
+    winner = {"compute": 90.0, "tp_exposed": 1.0, "bubble": 1.0, "other": 1.0, "optimizer": 1.0, "recompute": 6.5}
+    loser = {"compute": 91.0, "tp_exposed": 1.05, "bubble": 1.05, "other": 1.05, "optimizer": 1.05, "recompute": 6.0}
+    text = why(plan(winner, dp=2), plan(loser, tp=2))
+    shorter = sum(float(x) for x in re.findall(r"([\d.]+) s shorter", text))
+    more = sum(float(x) for x in re.findall(r"([\d.]+) s more", text))
+    assert shorter - more == pytest.approx(sum(loser.values()) - sum(winner.values()), rel=0.01), text

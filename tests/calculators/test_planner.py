@@ -217,9 +217,8 @@ def test_megatron_export_of_uneven_virtual_stages():
     assert "virtual-pipeline" not in meg
     # no split given and none of Megatron's own: the stages the calculators cost (the first take one
     # more), not a per-stage count that leaves layers out (126 over 5 x 4 stages as 6 each: 120)
-    for pp, vpp in ((5, 4), (5, 1)):
-        uneven = ParallelConfig(dp=8, tp=8, pp=pp, vpp=vpp, gbs=80, seq=8192,
-                                schedule="interleaved" if vpp > 1 else "1f1b")
+    for pp, vpp, schedule in ((5, 4, "interleaved"), (5, 1, "1f1b"), (5, 1, "dualpipe")):   # DualPipe runs as 1F1B
+        uneven = ParallelConfig(dp=8, tp=8, pp=pp, vpp=vpp, gbs=80, seq=8192, schedule=schedule)
         meg, _ = export("megatron", L405, ClusterSpec(H100, nodes=8 * pp, gpus_per_node=8), uneven)
         stages = meg.split('--pipeline-model-parallel-layout "')[1].split('"')[0].split("|")
         counts = [int(st.split("t*")[1].split(",")[0]) for st in stages]

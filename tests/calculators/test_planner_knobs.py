@@ -181,15 +181,17 @@ def test_balance_split_is_the_best_split_by_brute_force():
     assert slowest(chosen) <= min(times) * (1 + 1e-9) and len(times) < 465
 
 
-def test_dualpipe_without_a_pipeline_is_planned_only_where_the_framework_pairs_micro_batches():
-    """At pp=1 "dualpipe" is micro-batch pairing (Megatron's ep_overlap); torchtitan runs none, so an
-    FSDP2 plan never carries it, and a layout that asks is warned and its export says what runs."""
+def test_dualpipe_is_never_planned_without_a_pipeline():
+    """At pp=1 nothing runs by the name "dualpipe": Megatron pairs micro-batches with ep_overlap (planned
+    where allowed, with its own checks), torchtitan not at all; a layout that asks is warned, and its
+    export says what runs."""
     from calculators.specs.parallel import check_layout
     model, cluster = model_from_name("mixtral-8x7b"), ClusterSpec(gpu_from_name("H100-80GB"), nodes=2, gpus_per_node=8)
-    every = {"pp": 1, "ep": 8, "mbs": 1, "recompute": ["full"], "schedule": ["1f1b", "dualpipe"]}
-    schedules = {fw: {p.par.schedule for p in plan(model, cluster, 4096, 64, {**every, "framework": fw}, top=10).plans}
-                 for fw in ("fsdp2", "megatron")}
-    assert schedules["fsdp2"] == {"1f1b"} and "dualpipe" in schedules["megatron"]
+    for fw in ("fsdp2", "megatron"):
+        for schedules in (["1f1b", "dualpipe"], ["dualpipe"]):
+            plans = plan(model, cluster, 4096, 64, {"pp": 1, "ep": 8, "mbs": 1, "recompute": ["full"],
+                                                    "schedule": schedules, "framework": fw}, top=10).plans
+            assert plans and {p.par.schedule for p in plans} == {"1f1b"}, (fw, schedules)
     par = ParallelConfig(framework="fsdp2", dp=16, ep=8, zero=3, gbs=64, seq=4096, recompute="full",
                          schedule="dualpipe")
     assert any("runs no such pairing" in w for w in check_layout(model, cluster, par))
