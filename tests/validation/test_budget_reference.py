@@ -34,8 +34,9 @@ def test_runs_whose_throughput_is_the_total_are_predicted_within_15_percent(rows
     for run in ("Llama 3.1 405B", "DeepSeek-V3 (pre-training)"):
         assert -0.25 <= rows[run].error <= 0.15, (run, rows[run].error)
     assert abs(rows["DeepSeek-V3 (pre-training)"].layout_error) <= 0.15
-    # Meta publishes no recompute: at its layout the model fits without any (92% of the GPU, within
-    # Megatron's 95% rule), 21% faster than the GPU-hours imply; with full recompute it was +3%
+    # Meta publishes no recompute: at its layout the model fits without any only at ZeRO-2, whose
+    # reduce-scatter every micro-batch costs more than full recompute at ZeRO-0 (+2%); when ZeRO-2
+    # reduced once a step it fitted for free, 21% faster than the GPU-hours imply
     assert -0.25 <= rows["Llama 3.1 405B"].layout_error <= 0.15, rows["Llama 3.1 405B"].layout_error
     assert -0.25 <= rows["LLaMA 65B"].error <= 0.15, rows["LLaMA 65B"].error
     assert rows["LLaMA 65B"].implied_tps == pytest.approx(380, rel=0.01)      # 1.4T tokens / 1,022,362 GPU-hours
