@@ -254,8 +254,6 @@ class _Context:
         self.ddp = ddp_buckets(par)
         self.one_microbatch = par.pp == 1 and m == 1
         self.inflight = _inflight(par.schedule, par.pp, par.vpp, m)
-        if par.ep_overlap and par.pp > 1:      # Megatron's EP overlap warms up one chunk more on each rank
-            self.inflight = tuple(min(float(m), n + 1 / par.vpp) for n in self.inflight)  # (get_pp_rank_microbatches)
         self.out_inflight = _inflight("1f1b", par.pp, 1, m) if par.schedule == "zb" else self.inflight
 
     def _static(self, first: bool, last: bool, n_layers: int, n_moe: int, mode: str) -> tuple:

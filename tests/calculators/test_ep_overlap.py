@@ -1,14 +1,15 @@
-"""Megatron's EP overlap (overlap_moe_expert_parallel_comm): what it holds in memory. Without a
-pipeline its schedule builds one micro-batch's layers while freeing the other's (combined_1f1b.py):
-no more in flight. Under the interleaved schedule each rank warms up one chunk more, so that every
-paired forward and backward are independent (schedules.py, get_pp_rank_microbatches): one more chunk
-of activations in flight."""
+"""Megatron's EP overlap (overlap_moe_expert_parallel_comm) holds no more activations at its peak.
+Without a pipeline its schedule runs one micro-batch's forward layer by layer beside another's
+backward (combined_1f1b.py), building one while freeing the other. Under the interleaved schedule
+each rank warms up one chunk more (schedules.py, get_pp_rank_microbatches), but its steady state then
+runs each forward beside a backward in the same way: warm-up + 1 chunks at the peak, as plain 1F1B
+reaches with its forward before each backward. (Counting the extra warm-up chunk alone called two
+published runs that used the overlap out of memory.)"""
 from dataclasses import replace
 
 import pytest
 
 from calculators.memory.estimate import estimate_memory
-from calculators.pipeline.simulate import inflight_microbatches
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
 from calculators.specs.parallel import ParallelConfig
 from calculators.specs.presets import model_from_name
@@ -17,19 +18,10 @@ MODEL = model_from_name("qwen3-30b-a3b")
 CLUSTER = ClusterSpec(gpu_from_name("H100-80GB"), nodes=4, gpus_per_node=8)
 
 
-def test_ep_overlap_holds_one_more_chunk_under_interleaving_and_nothing_more_without_a_pipeline():
-    flat = ParallelConfig(pp=1, ep=8, dp=32, gbs=256, seq=4096, zero=1, recompute="selective")
-    assert estimate_memory(MODEL, CLUSTER, replace(flat, ep_overlap=True)).total_gib == \
-        pytest.approx(estimate_memory(MODEL, CLUSTER, flat).total_gib)
-    for vpp in (2, 4):
-        piped = ParallelConfig(pp=4, vpp=vpp, schedule="interleaved", ep=8, dp=8, gbs=256, seq=4096, zero=1,
-                               recompute="selective")
-        one = estimate_memory(MODEL, CLUSTER, piped).stages
-        two = estimate_memory(MODEL, CLUSTER, replace(piped, ep_overlap=True)).stages
-        for rank, (a, b) in enumerate(zip(one, two)):
-            held = inflight_microbatches("interleaved", 4, vpp, piped.microbatches, rank)
-            # the saved activations grow by a chunk (1/vpp of a micro-batch of the rank's layers); the
-            # working set of the layer being computed does not
-            assert b.activations_gib > a.activations_gib
-            assert b.activations_gib - a.activations_gib <= a.activations_gib / held / vpp * (1 + 1e-9)
-            assert b.activations_gib - a.activations_gib >= a.activations_gib / (held + 1) / vpp
+@pytest.mark.parametrize("layout", [dict(pp=1, dp=32), dict(pp=4, vpp=2, schedule="interleaved", dp=8),
+                                    dict(pp=4, vpp=4, schedule="interleaved", dp=8)])
+def test_ep_overlap_holds_what_the_plain_schedule_holds_at_its_peak(layout):
+    par = ParallelConfig(ep=8, gbs=256, seq=4096, zero=1, recompute="selective", **layout)
+    plain = estimate_memory(MODEL, CLUSTER, par).stages
+    paired = estimate_memory(MODEL, CLUSTER, replace(par, ep_overlap=True)).stages
+    assert [s.activations_gib for s in paired] == pytest.approx([s.activations_gib for s in plain])
