@@ -72,8 +72,7 @@ def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1", of:
     its compute (the bubble ratio, (p-1)/m for 1F1B), or `of`="step", over the step."""
     vv = int(v) if schedule == "interleaved" else 1
     t = simulate(schedule, int(p), int(m), vv, f=1.0 / vv, b=1.0 / vv, w=1.0 / vv)
-    idle = t.makespan - max(t.busy)
-    return f"{(idle / t.makespan if of == 'step' else t.bubble_fraction):.1%}"
+    return f"{ {'compute': t.bubble_fraction, 'step': t.idle / t.makespan}[of]:.1%}"
 
 
 def flops(model: str, seq: str = "4096") -> str:

@@ -44,10 +44,15 @@ class Timeline:
         return _peaks(*self._shape) if self._shape else ()
 
     @property
+    def idle(self) -> float:
+        """The busiest rank's idle time in the step: the bubble."""
+        return self.makespan - max(self.busy)
+
+    @property
     def bubble_fraction(self) -> float:
         """Idle time of the busiest rank over its compute time ((p-1)/m for 1F1B)."""
         busiest = max(self.busy)
-        return (self.makespan - busiest) / busiest if busiest else 0.0
+        return self.idle / busiest if busiest else 0.0
 
 
 def simulate(schedule: str, p: int, m: int, v: int = 1, f=1.0, b=1.0, w=1.0, p2p: float = 0.0,

@@ -29,7 +29,7 @@ def optimistic(search, base, prune: float) -> float:
                 1 - 1 / prune:
             schedules += [("interleaved", v) for v in sorted(sp["vpp"], reverse=True)]
     schedules += [(s, 1) for s in search.pairing(base.pp)]
-    paired = [True] if True in sp["ep_overlap"] and base.ep > 1 else []      # Megatron's EP overlap
+    paired = True in sp["ep_overlap"] and base.ep > 1      # Megatron's EP overlap, where allowed
     times = []
     for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0)}:
         interleaved = False
@@ -39,7 +39,8 @@ def optimistic(search, base, prune: float) -> float:
             try:
                 par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
                               schedule=schedule, vpp=vpp)
-                times += [search.score(replace(par, ep_overlap=True), fits=False) for _ in paired]
+                if paired:
+                    times.append(search.score(replace(par, ep_overlap=True), fits=False))
                 times.append(search.score(par, fits=False))
                 interleaved = interleaved or schedule == "interleaved"
             except (ConfigError, ValueError):

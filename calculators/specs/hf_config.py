@@ -115,8 +115,7 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         try:
             args = _llama_like(f, kind)
         except ConfigError as exc:                 # its MoE fields fine one by one, not together
-            raise ConfigError([f"config.json describes a model that cannot be: {p}{_keys_of(p)}"
-                               for p in exc.problems]) from None
+            raise _together(exc) from None
     if f.missing:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
@@ -128,8 +127,14 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
     try:
         return ModelSpec(name=name, source="config.json" + (f"; {note}" if note else ""), **args)
     except ConfigError as exc:                     # fields fine one by one, not together (top_k > experts)
-        raise ConfigError([f"config.json describes a model that cannot be: {p}{_keys_of(p)}"
-                           for p in exc.problems]) from None
+        raise _together(exc) from None
+
+
+def _together(exc: ConfigError) -> ConfigError:
+    """A model's check of its fields together, worded for a config.json and naming its keys; a problem
+    already about the config.json (a field it cannot model) as it was."""
+    return ConfigError([p if p.startswith("config.json") else
+                        f"config.json describes a model that cannot be: {p}{_keys_of(p)}" for p in exc.problems])
 
 
 # the config.json keys (transformers' names) behind the model fields a check of them together names

@@ -336,7 +336,7 @@ def _breakdown(parts, rank_layers, model, m, timeline, tail_parts) -> dict:
     # the rest of the busiest rank's op time: embedding, output layer and loss, summing the
     # micro-batches' gradients (frameworks.grad_accumulation_bytes), blocking p2p sends
     out["other"] = max(timeline.busy) - sum(out.values())
-    out["bubble"] = timeline.makespan - max(timeline.busy)
+    out["bubble"] = timeline.idle
     out.update(tail_parts)
     out.update({f"{kind}_hidden": v for kind, v in hidden_s.items()})
     return out

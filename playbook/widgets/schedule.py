@@ -33,8 +33,7 @@ def compute(v: dict):
     half = float(v["b"]) / 2 / vv
     t = simulate(sched, p, m, vv, f=f, b=half, w=half, p2p=float(v["p2p"]))
     closed = closed_form_bubble(sched, p, vv, m, f, half, half)
-    idle = t.makespan - max(t.busy)
-    text = (f"The busiest rank idles **{idle / t.makespan:.0%} of the step**: its idle time is "
+    text = (f"The busiest rank idles **{t.idle / t.makespan:.0%} of the step**: its idle time is "
             f"**{t.bubble_fraction:.2f} x its compute** (the bubble ratio"
             + (f"; closed form for equal stages and free sends: {closed:.2f}" if closed is not None else
                "; DualPipeV has no closed form of this kind, the simulation is the answer")
