@@ -26,7 +26,7 @@ from .specs.parallel import ParallelConfig
 from .specs.presets import model_from_name
 from .time.profiles import PROFILES, HardwareProfile, default_profile, load_profile, profile_from_dict
 from .time.step import estimate_step
-from .specs.validate import check_fields, loads, show
+from .specs.validate import check_fields, keys, loads, show
 
 
 def _build(cls, data: dict, where: str, skip=()):
@@ -37,7 +37,7 @@ def _build(cls, data: dict, where: str, skip=()):
     names = {f.name for f in fields(cls)} - set(skip)
     unknown = sorted(map(str, set(data) - names))
     if unknown:
-        raise ConfigError(f"{where} has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"{where} has unknown key(s) {keys(unknown)}; "
                           f"known: {', '.join(sorted(names))}")
     missing = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
                and f.name not in data]
@@ -134,7 +134,7 @@ def parse(scenario: dict) -> tuple[ModelSpec, ClusterSpec, ParallelConfig]:
         raise ConfigError(f"a scenario must be a JSON object with model, hardware and parallel (got {show(scenario)})")
     unknown = sorted(set(scenario) - {"model", "hardware", "parallel"})
     if unknown:
-        raise ConfigError(f"scenario has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"scenario has unknown key(s) {keys(unknown)}; "
                           "use model, hardware, parallel")
     if "model" not in scenario:
         raise ConfigError("scenario lacks 'model' (a preset like {'preset': 'llama3-8b'} or a shape)")
@@ -164,7 +164,7 @@ def plan_answer(request: dict) -> dict:
                           f"(got {show(request)})")
     unknown = sorted(map(str, set(request) - PLAN_KEYS))
     if unknown:
-        raise ConfigError(f"plan request has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"plan request has unknown key(s) {keys(unknown)}; "
                           f"use {', '.join(sorted(PLAN_KEYS))}")
     missing = [k for k in ("model", "seq", "gbs") if k not in request]
     if missing:

@@ -42,7 +42,7 @@ from ..specs.frameworks import master_dtype
 from .explain import label
 from .goodput import CHECKPOINT_GBPS, FAILURES_PER_GPU_DAY, RESTART_S, goodput
 from ..scenario import parse_hardware, parse_model, parse_profile
-from ..specs.validate import check_fields, show, whole_list
+from ..specs.validate import check_fields, keys, show, whole_list
 
 PRICE = 2.0                      # $ per GPU-hour: DeepSeek-V3's report prices its H800 hours at $2 (section 1)
 KNEE_MARGINAL = 0.5              # a step adding under half a GPU's worth per added GPU is past the knee
@@ -61,7 +61,7 @@ def parse(request) -> dict:
                           f"(got {show(request)})")
     unknown = sorted(map(str, set(request) - KEYS))
     if unknown:
-        raise ConfigError(f"budget request has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"budget request has unknown key(s) {keys(unknown)}; "
                           f"use {', '.join(sorted(KEYS))}")
     missing = [k for k in ("model", "tokens", "seq", "gbs", "gpus") if k not in request]
     if missing:

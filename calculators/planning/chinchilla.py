@@ -28,7 +28,7 @@ import math
 from ..specs import limits
 from ..specs.errors import ConfigError
 from ..specs.hardware import GPUSpec
-from ..specs.validate import check_fields, number, show
+from ..specs.validate import check_fields, keys, number, show
 
 E, A, B, ALPHA, BETA = 1.8172, 482.01, 2085.43, 0.3478, 0.3658
 SOURCE = ("Hoffmann et al. 2022's Approach 3 as Besiroglu et al. 2024 refitted it: "
@@ -87,7 +87,7 @@ def optimal_answer(request) -> dict:
         raise ConfigError(f"an optimal request must be a JSON object like {{'flops': 3.8e25}} (got {show(request)})")
     unknown = sorted(map(str, set(request) - OPTIMAL_KEYS))
     if unknown:
-        raise ConfigError(f"optimal request has unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"optimal request has unknown key(s) {keys(unknown)}; "
                           f"use {', '.join(sorted(OPTIMAL_KEYS))}")
     given = [k for k in ("flops", "gpu_hours", "params") if k in request]
     if len(given) != 1:

@@ -14,7 +14,7 @@ from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIG
                               MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive, zero_shards)
 from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
                                order as recompute_order)
-from ..specs.validate import choice, flag, integer, show
+from ..specs.validate import choice, flag, integer, keys, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
@@ -31,7 +31,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     """Allowed values per knob: the defaults, narrowed by `constraints` (a value or a list)."""
     unknown = sorted(map(str, set(constraints) - set(KNOBS) - {"framework", "tp_across_nodes", "uneven_split", "top"}))
     if unknown:
-        raise ConfigError(f"plan constraints: unknown key(s) {show(', '.join(map(repr, unknown)), 200)}; "
+        raise ConfigError(f"plan constraints: unknown key(s) {keys(unknown)}; "
                           f"known: {', '.join(KNOBS)}, framework, tp_across_nodes, uneven_split, top")
     problems = []
     for key in ("tp_across_nodes", "uneven_split"):

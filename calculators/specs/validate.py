@@ -37,6 +37,12 @@ def show(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def keys(unknown, limit: int = 200) -> str:
+    """Unknown keys as a message lists them: each quoted once, the whole cut to `limit` characters."""
+    text = ", ".join(show(k, 40) for k in list(unknown)[:20])
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _fmt(x) -> str:
     return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 

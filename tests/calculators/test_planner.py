@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from calculators.scenario import plan_answer
 from calculators.specs.errors import ConfigError
 from calculators.planning.export import FORMATS, export
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
@@ -141,8 +142,10 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
     model = model_from_name("llama3-8b")
     result = plan(model, cluster, 4096, 128, {"tp": [2, 4], "recompute": "none", "schedule": ["1f1b"]})
     assert result.plans and all(p.par.tp in (2, 4) and p.par.recompute == "none" for p in result.plans)
-    with pytest.raises(ConfigError, match="unknown key"):
+    with pytest.raises(ConfigError, match="unknown key\\(s\\) 'tensor'; known: "):     # each key quoted once
         plan(model, cluster, 4096, 128, {"tensor": 2})
+    with pytest.raises(ConfigError, match="has unknown key\\(s\\) 'parallel'; use constraints"):
+        plan_answer({"model": {"preset": "llama3-8b"}, "seq": 4096, "gbs": 128, "parallel": {}})
     with pytest.raises(ConfigError, match="schedule"):
         plan(model, cluster, 4096, 128, {"schedule": "2f2b"})
     nothing = plan(model, cluster, 4096, 128, {"tp": 3})
