@@ -30,9 +30,12 @@ def _typed(kw: dict) -> dict:
     return {k: (int(v) if k in _INTS else v) for k, v in kw.items()}
 
 
-def params(model: str) -> str:
-    """Parameter count, billions."""
-    return f"{model_from_name(model).total_params / 1e9:.1f}B"
+def params(model: str, part: str = "total") -> str:
+    """Parameter count, billions: total, or active (a token's, the embedding's row included)."""
+    m = model_from_name(model)
+    if part not in ("total", "active"):
+        raise ValueError(f"params part {part!r}: total or active")
+    return f"{(m.total_params if part == 'total' else m.active_params) / 1e9:.1f}B"
 
 
 def memory(part: str = "total", **kw) -> str:

@@ -1,19 +1,30 @@
 """Read a Hugging Face transformers `config.json` into a ModelSpec.
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2,
-deepseek_v3, gemma, gemma2, gemma3_text (and gemma3, whose text_config is one), phi3, olmo2,
-granite, gpt_neox, gpt2. A missing field, a value of the wrong type or over its limit
-(calculators/specs/limits.py), or an unsupported type raises ConfigError naming the config.json key.
+deepseek_v3, kimi_k2, gemma, gemma2, gemma3_text (and gemma3, whose text_config is one), phi3, olmo2,
+granite, gpt_oss, glm4_moe, minimax_m2, llama4_text (and llama4), gpt_neox, gpt2. A missing field, a
+value of the wrong type or over its limit (calculators/specs/limits.py), or an unsupported type raises
+ConfigError naming the config.json key; a type whose attention is not softmax attention over the
+tokens (linear attention, state-space layers, DeepSeek-V3.2's sparse attention) says so (UNMODELLED).
 
 Gemma's gated GELU has SwiGLU's three matrices (`mlp="swiglu"` is the shape), its embeddings are
 tied unless the config says otherwise, and its head_dim is read (256 on Gemma 1 and 2 where
 hidden / heads is not); the heads, kv heads, head_dim and vocabulary a Gemma config leaves out
 take transformers' defaults for its type (DEFAULTS). Gemma 2 and 3 also normalise each block's
 outputs (two more RMSNorms a layer, 0.02% of the parameters); those are not counted.
-Sliding-window attention (Mistral 7B v0.1, Phi-3, Gemma 2 and 3 on most layers, Qwen2 from
-max_window_layers on where use_sliding_window is set) is read as the model's `window` and
-`window_layers`: those layers' attention counts only the pairs within the window
-(flops.attention_flops), as FlashAttention's local attention computes them.
+Sliding-window attention (Mistral 7B v0.1, Phi-3, Gemma 2 and 3 on most layers, gpt-oss on every
+other layer, Qwen2 from max_window_layers on where use_sliding_window is set) is read as the model's
+`window` and `window_layers`: those layers' attention counts only the pairs within the window
+(flops.attention_flops), as FlashAttention's local attention computes them. Llama 4's chunked
+attention (attention_chunk_size, on the layers with RoPE) is a window with `chunked` set: a token
+attends to the tokens before it in its own chunk.
+MoE layers: gpt-oss's and MiniMax-M2's experts are intermediate_size wide; Llama 4's too, with one
+shared expert beside them and, between MoE layers when interleave_moe_layer_step > 1, a dense MLP of
+intermediate_size_mlp; GLM-4.5 and Kimi K2 take DeepSeek's fields (GLM-4.5 with GQA, not MLA). The
+multi-token-prediction layers some of them ship (num_nextn_predict_layers) are not counted, as for
+DeepSeek-V3. Transformers places an interleaved model's MoE layers (Qwen's decoder_sparse_step,
+Llama 4's interleave_moe_layer_step) one layer later than the calculators do; the count is the same
+where the step divides the layers, as on every released model.
 """
 from __future__ import annotations
 
@@ -25,14 +36,31 @@ from .models import MLASpec, ModelSpec, MoESpec
 from .validate import flag, integer, loads, show, whole_list
 
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-              "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite")
+              "kimi_k2", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite", "gpt_oss", "glm4_moe",
+              "minimax_m2", "llama4_text")
+DEEPSEEK_MOE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe")     # n_routed_experts, first_k_dense_replace, ...
+# model_types whose language model is another's: multimodal wrappers and their text halves
+TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+# model_types that cannot be modelled, and why: attention other than softmax over the tokens
+UNMODELLED = {
+    "deepseek_v32": "DeepSeek-V3.2's sparse attention (a lightning indexer choosing 2,048 keys per query) is not "
+                    "modelled; model_type \"deepseek_v3\" with the same fields gives its dense-attention twin, "
+                    "V3.1-Terminus, the model V3.2 was trained from",
+    "qwen3_next": "Qwen3-Next's Gated DeltaNet layers (linear attention on 3 of every 4 layers) are not modelled",
+    "minimax": "MiniMax-Text-01 and M1's lightning (linear) attention layers are not modelled",
+    "kimi_linear": "Kimi Linear's KDA (linear attention) layers are not modelled",
+    "jamba": "Jamba's Mamba layers are not modelled", "falcon_h1": "Falcon-H1's Mamba-2 heads are not modelled",
+    "mamba": "Mamba's state-space layers are not modelled", "mamba2": "Mamba-2's state-space layers are not modelled",
+    "nemotron_h": "Nemotron-H's Mamba-2 layers are not modelled",
+}
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")       # transformers' config defaults
 # Fields a published Gemma config may leave out, read as transformers' config classes default them
 # (Gemma 3 4B's text_config states neither its heads, kv heads, head_dim nor vocabulary).
 DEFAULTS = {"gemma": {"num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000},
             "gemma2": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000},
             "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208}}
-QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2")
+QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "minimax_m2")
+QK_NORM_FLAG = {"glm4_moe": False, "llama4_text": True}    # use_qk_norm's default where the config may say
 SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
 M, E, A = limits.MODEL, limits.MOE, limits.MLA     # the bounds of each field read below
 
@@ -88,9 +116,12 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         if not isinstance(cfg["text_config"], dict):
             raise ConfigError(f"config.json text_config must be an object (got {show(cfg['text_config'])})")
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
-    kind = "gemma3_text" if cfg.get("model_type") == "gemma3" else cfg.get("model_type")
+    kind = cfg.get("model_type")
+    kind = TEXT_OF.get(kind, kind) if isinstance(kind, str) else kind
     if isinstance(kind, str) and kind in DEFAULTS:
         cfg = {**cfg, **{k: v for k, v in DEFAULTS[kind].items() if cfg.get(k) is None}}
+    if isinstance(kind, str) and kind in UNMODELLED:
+        raise ConfigError(f"config.json model_type {show(kind)} is not supported: {UNMODELLED[kind]}")
     if not isinstance(kind, str) or kind not in SUPPORTED:
         raise ConfigError(f"config.json model_type {show(kind)} is not supported; supported: {', '.join(SUPPORTED)}. "
                           "Describe the shape as a llama one instead: model_type \"llama\" with num_hidden_layers, "
@@ -122,7 +153,9 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         raise ConfigError(f.problems)
     if kind in LLAMA_LIKE:
         args["window"], args["window_layers"] = _window(cfg, kind, args["layers"])
-    note = f"sliding-window attention of {args['window']:,} tokens on {args['window_layers']} of {args['layers']} " \
+        args["chunked"] = kind == "llama4_text" and args["window_layers"] > 0
+    what = "chunked attention (within blocks)" if args.get("chunked") else "sliding-window attention"
+    note = f"{what} of {args['window']:,} tokens on {args['window_layers']} of {args['layers']} " \
         "layers (their attention FLOPs count only the pairs within it)" if args.get("window_layers") else ""
     try:
         return ModelSpec(name=name, source="config.json" + (f"; {note}" if note else ""), **args)
@@ -157,7 +190,7 @@ def _keys_of(problem: str) -> str:
 
 def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     """(span, layers attending within it) of a sliding-window config; (0, 0) for none."""
-    window = cfg.get("sliding_window")
+    window = cfg.get("attention_chunk_size" if kind == "llama4_text" else "sliding_window")
     if not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= limits.MAX_SEQ:
         return 0, 0
     if kind.startswith("qwen2") and cfg.get("use_sliding_window") is not True:
@@ -165,8 +198,16 @@ def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
         local = sum(t == "sliding_attention" for t in types)
-    elif kind == "gemma2":
+    elif kind in ("gemma2", "gpt_oss"):
         local = layers // 2 + layers % 2                     # every other layer, the first local
+    elif kind == "llama4_text":                              # the layers with RoPE (1 in no_rope_layers) chunk
+        rope = cfg.get("no_rope_layers")
+        every = cfg.get("no_rope_layer_interval", 4)
+        if isinstance(rope, list) and len(rope) == layers and rope:
+            local = sum(r == 1 for r in rope)
+        else:
+            every = every if isinstance(every, int) and not isinstance(every, bool) and 0 < every <= layers else 4
+            local = layers - layers // every                 # all but every `every`-th layer
     elif kind == "gemma3_text":
         pattern = cfg.get("sliding_window_pattern")
         every = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and 0 < pattern <= layers else 6
@@ -189,7 +230,8 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                 ffn=f.get(M["ffn"], "intermediate_size", 0), vocab=f.need(M["vocab"], "vocab_size"),
                 head_dim=f.get(M["head_dim"], "head_dim", 0),
                 tied_embeddings=f.flag("tie_word_embeddings", kind in TIED_BY_DEFAULT),
-                qkv_bias=kind.startswith("qwen2") or f.flag("attention_bias", False), qk_norm=kind in QK_NORM)
+                qkv_bias=kind.startswith("qwen2") or f.flag("attention_bias", False),
+                qk_norm=kind in QK_NORM or f.flag("use_qk_norm", QK_NORM_FLAG.get(kind, False)))
     if kind == "mixtral":
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),
@@ -207,8 +249,28 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                               shared_experts=1 if shared else 0, shared_ffn=shared,
                               dense_layers=len(dense) if isinstance(dense, list) else 0,
                               moe_every=f.get(E["moe_every"], "decoder_sparse_step", 1))
-    elif kind.startswith("deepseek"):
-        args["kv_heads"] = heads
+    elif kind in ("gpt_oss", "minimax_m2"):
+        shared = f.get(E["shared_ffn"], "shared_intermediate_size", 0)
+        args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts", "num_experts"),
+                              top_k=f.need(E["top_k"], "num_experts_per_tok", "experts_per_token"),
+                              expert_ffn=f.need(E["expert_ffn"], "intermediate_size"),
+                              shared_experts=1 if shared else 0, shared_ffn=shared)
+        if kind == "gpt_oss":                      # biases on the attention, the experts and the router
+            args["bias"], args["qkv_bias"] = True, False
+    elif kind == "llama4_text":
+        step = f.get(E["moe_every"], "interleave_moe_layer_step", 1)
+        args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),
+                              top_k=f.need(E["top_k"], "num_experts_per_tok"),
+                              expert_ffn=f.need(E["expert_ffn"], "intermediate_size"), shared_experts=1, moe_every=step)
+        # the dense layers' MLP between the MoE ones (Maverick's every other layer)
+        args["ffn"] = f.need(M["ffn"], "intermediate_size_mlp") if step > 1 else \
+            f.get(M["ffn"], "intermediate_size_mlp", 0)
+        listed = f.cfg.get("moe_layers")
+        every = list(range(step - 1, args["layers"], step))
+        if listed is not None and not f.problems and listed != every:
+            raise ConfigError(f"config.json moe_layers must be every interleave_moe_layer_step-th layer ({step}: "
+                              f"layers {', '.join(map(str, every[:3]))}, ...) to be modelled; got {show(listed)}")
+    elif kind in DEEPSEEK_MOE:
         args["moe"] = MoESpec(experts=f.need(E["experts"], "n_routed_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),
                               expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
@@ -219,6 +281,8 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                               # plain "greedy" ignores the groups
                               groups=0 if f.cfg.get("topk_method") == "greedy" else f.get(E["groups"], "n_group", 0),
                               groups_per_token=f.get(E["groups_per_token"], "topk_group", 0))
+    if kind in DEEPSEEK_MOE and kind != "glm4_moe":   # multi-head latent attention
+        args["kv_heads"] = heads
         args["mla"] = MLASpec(q_lora_rank=f.get(A["q_lora_rank"], "q_lora_rank", 0),
                               kv_lora_rank=f.need(A["kv_lora_rank"], "kv_lora_rank"),
                               qk_nope_dim=f.need(A["qk_nope_dim"], "qk_nope_head_dim"),

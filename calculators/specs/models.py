@@ -102,13 +102,16 @@ class ModelSpec:
     positions: int = 0           # learned absolute position embeddings (GPT-2); 0 for RoPE
     window: int = 0              # sliding-window attention's span in tokens (Mistral 7B v0.1, Gemma 2/3); 0: none
     window_layers: int = 0       # the layers that attend within it; the others attend to the whole sequence
+    chunked: bool = False        # those layers attend within fixed blocks of `window` tokens (Llama 4's chunked
+                                 # attention), not a span sliding with each token
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
-        p = check_fields(self, "model", limits.MODEL, flags=("tied_embeddings", "bias", "qkv_bias", "qk_norm"),
+        p = check_fields(self, "model", limits.MODEL, flags=("tied_embeddings", "bias", "qkv_bias", "qk_norm",
+                                                                        "chunked"),
                          choices={"mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm")}, texts=("name",))
         for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
             if getattr(self, key) is not None and not isinstance(getattr(self, key), cls):
@@ -125,6 +128,8 @@ class ModelSpec:
         require(p, self.window_layers <= self.layers and (self.window > 0) == (self.window_layers > 0),
                 f"model.window_layers={self.window_layers} must be from 1 to layers={self.layers} with a window, "
                 f"0 without one (window={self.window})")
+        require(p, not self.chunked or self.window_layers > 0,
+                "model.chunked=true needs window and window_layers: the chunk's size and the layers that use it")
         e = self.moe
         dense = self.layers if e is None else self.dense_mlp_layers if e.moe_every >= 1 and e.dense_layers >= 0 else 1
         require(p, self.ffn > 0 or dense == 0,
@@ -231,7 +236,8 @@ class ModelSpec:
 
     def describe(self) -> str:
         kind = f"MoE {self.moe.experts}x top-{self.moe.top_k}" if self.moe else "dense"
-        window = f", sliding window {self.window:,} on {self.window_layers} layers" if self.window_layers else ""
+        kind_of = "chunked attention" if self.chunked else "sliding window"
+        window = f", {kind_of} {self.window:,} on {self.window_layers} layers" if self.window_layers else ""
         return (f"{self.name}: {self.total_params / 1e9:.2f}B params ({kind}), L={self.layers} h={self.hidden} "
                 f"a={self.heads} k={self.kv_heads} f={self.ffn} V={self.vocab}{window}")
 

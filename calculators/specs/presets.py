@@ -39,6 +39,30 @@ _MODELS: dict[str, dict] = {
                         mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64,
                                     v_head_dim=128),
                         source=HF.format("deepseek-ai/DeepSeek-V3")),
+    # gpt-oss: every other layer (the first included) attends within 128 tokens; attention, experts
+    # and router carry biases; OpenAI's active count leaves out the input embedding
+    "gpt-oss-120b": dict(layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
+                         bias=True, window=128, window_layers=18, moe=MoESpec(experts=128, top_k=4, expert_ffn=2880),
+                         source=HF.format("openai/gpt-oss-120b")),
+    "gpt-oss-20b": dict(layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
+                        bias=True, window=128, window_layers=12, moe=MoESpec(experts=32, top_k=4, expert_ffn=2880),
+                        source=HF.format("openai/gpt-oss-20b")),
+    # Llama 4: one shared expert beside the routed one in every MoE layer; three layers in four (those
+    # with RoPE) attend within chunks of 8,192 tokens; the text model only (Scout's published 109B
+    # counts its vision encoder). Maverick's MoE layers alternate with dense MLPs of 16,384.
+    "llama4-scout": dict(layers=48, hidden=5120, heads=40, kv_heads=8, head_dim=128, ffn=16384, vocab=202048,
+                         qk_norm=True, window=8192, window_layers=36, chunked=True,
+                         moe=MoESpec(experts=16, top_k=1, expert_ffn=8192, shared_experts=1),
+                         source=HF.format("meta-llama/Llama-4-Scout-17B-16E")),
+    "llama4-maverick": dict(layers=48, hidden=5120, heads=40, kv_heads=8, head_dim=128, ffn=16384, vocab=202048,
+                            window=8192, window_layers=36, chunked=True,
+                            moe=MoESpec(experts=128, top_k=1, expert_ffn=8192, shared_experts=1, moe_every=2),
+                            source=HF.format("meta-llama/Llama-4-Maverick-17B-128E")),
+    # Kimi K2: DeepSeek-V3's shape with 384 experts, 64 heads, one dense layer and no routing groups
+    "kimi-k2": dict(layers=61, hidden=7168, heads=64, ffn=18432, vocab=163840,
+                    moe=MoESpec(experts=384, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=1),
+                    mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128),
+                    source=HF.format("moonshotai/Kimi-K2-Instruct")),
     "qwen2.5-7b": dict(layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064, qkv_bias=True,
                        source=HF.format("Qwen/Qwen2.5-7B")),
     "qwen3-30b-a3b": dict(layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=6144, vocab=151936,

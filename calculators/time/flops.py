@@ -27,13 +27,18 @@ def attention_flops(model: ModelSpec, seq: int, causal: bool = True) -> float:
     """Forward FLOPs per token of one layer's attention core (QK^T and softmax.V), averaged over
     the layers: a causal token attends to seq/2 others on average; on a sliding-window layer of
     span w < seq, to w - w(w-1)/(2 seq) (the mean of min(i, w) over positions i), the pairs
-    FlashAttention's local attention computes, where it skips the blocks outside the window."""
+    FlashAttention's local attention computes, where it skips the blocks outside the window; on a
+    chunked layer (Llama 4), to the tokens before it in its own block of w: the mean of
+    ((i - 1) mod w) + 1, about w/2."""
     d_qk = model.q_dim // model.heads
     d_v = model.attn_out_dim // model.heads
     context = seq / 2 if causal else seq
     w, local = model.window, model.window_layers
     if causal and local and w < seq:
-        context = ((model.layers - local) * context + local * (w - w * (w - 1) / (2 * seq))) / model.layers
+        blocks, rest = divmod(seq, w)
+        near = (blocks * w * (w + 1) / 2 + rest * (rest + 1) / 2) / seq if model.chunked else \
+            w - w * (w - 1) / (2 * seq)
+        context = ((model.layers - local) * context + local * near) / model.layers
     return 2.0 * model.heads * context * (d_qk + d_v)
 
 

@@ -17,10 +17,25 @@ PUBLISHED = {
     "nanotron-1.34b": (1.34, None), "nanotron-3.57b": (3.57, None), "nanotron-8.86b": (8.86, None),
     "nanotron-80b": (80.0, None), "nanotron-80b-gqa8": (70.6, None), "nanotron-469b": (469, None),
 }
+# Figures published to fewer digits, as printed (the tolerance follows the digits): OpenAI's gpt-oss
+# README ("117B parameters with 5.1B active"; its active count leaves out the input embedding, per
+# the model card's 5.13B), Meta's Llama 4 card (17B active; Maverick 400B in all; Scout's 109B
+# counts its vision encoder, not modelled, so its text model is checked against its active count
+# only), Moonshot's Kimi K2 README ("1T" total, 32B activated).
+ROUNDED = {"gpt-oss-120b": ("117", "5.1"), "gpt-oss-20b": ("21", "3.6"), "llama4-scout": (None, "17"),
+           "llama4-maverick": ("400", "17"), "kimi-k2": ("1000", "32")}
+NO_INPUT_EMBEDDING = ("gpt-oss-120b", "gpt-oss-20b")     # whose published active count leaves it out
+UNIT = {"1000": 1000.0}                                  # "1T": one significant digit
+
+
+def _near(value: float, printed: str, rel: float) -> bool:
+    """`value` (billions) rounds to `printed`: within half a unit of its last digit, plus `rel`."""
+    unit = UNIT.get(printed, 10.0 ** -len(printed.partition(".")[2]))
+    return abs(value - float(printed)) <= unit / 2 + rel * float(printed)
 
 
 def test_every_preset_has_a_published_count_and_a_source():
-    assert set(PUBLISHED) == set(MODEL_PRESETS)
+    assert set(PUBLISHED) | set(ROUNDED) == set(MODEL_PRESETS) and not set(PUBLISHED) & set(ROUNDED)
     for name in MODEL_PRESETS:
         assert model_from_name(name).source
 
@@ -28,6 +43,12 @@ def test_every_preset_has_a_published_count_and_a_source():
 @pytest.mark.parametrize("name", MODEL_PRESETS)
 def test_preset_parameter_counts(name):
     m = model_from_name(name)
+    if name in ROUNDED:
+        total, active = ROUNDED[name]
+        shown = m.active_params - (m.embedding_params if name in NO_INPUT_EMBEDDING else 0)
+        assert total is None or _near(m.total_params / 1e9, total, 0.005)
+        assert _near(shown / 1e9, active, 0.02)
+        return
     total, active = PUBLISHED[name]
     # published figures are rounded to the digits given; allow half a unit in the last digit + 0.5%
     assert m.total_params / 1e9 == pytest.approx(total, rel=0.005)
@@ -35,6 +56,20 @@ def test_preset_parameter_counts(name):
         assert m.active_params / 1e9 == pytest.approx(active, rel=0.02)
     else:
         assert m.active_params == m.total_params
+
+
+def test_rounded_counts_fail_off_their_digits():
+    assert _near(116.83, "117", 0.005) and not _near(118.2, "117", 0.005)
+    assert _near(1026.4, "1000", 0.005) and not _near(1600, "1000", 0.005)
+    assert _near(5.13, "5.1", 0.02) and not _near(5.71, "5.1", 0.02)
+
+
+def test_new_presets_equal_their_config_json():
+    """The presets read from config.json as the import reads them: the same parameters."""
+    assert from_hf_config(json.dumps(GPT_OSS_120B)).total_params == model_from_name("gpt-oss-120b").total_params
+    scout = from_hf_config(json.dumps(SCOUT))
+    assert scout.total_params == model_from_name("llama4-scout").total_params
+    assert (scout.window, scout.window_layers, scout.chunked, scout.ffn) == (8192, 36, True, 16384)
 
 
 def test_llama3_8b_exact():
@@ -116,6 +151,81 @@ def test_hf_configs(cfg, total, active):
         assert m.active_params == pytest.approx(active, rel=0.02)
 
 
+# 2025's open MoE families, their fields as transformers 5's configuration classes default them
+# (each class's defaults are one released size: gpt-oss-120b, GLM-4.5-Air, MiniMax-M2, Llama 4 Scout)
+GPT_OSS_120B = {"model_type": "gpt_oss", "num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088,
+                "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "sliding_window": 128, "num_experts_per_tok": 4, "attention_bias": True,
+                "tie_word_embeddings": False}
+SCOUT = {"model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+         "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+         "head_dim": 128, "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+         "attention_chunk_size": 8192}
+
+
+def test_gpt_oss_config():
+    """OpenAI's model card splits gpt-oss-120b into 114.71B of MLP, 0.96B of attention and 1.16B of
+    embedding and unembedding: 116.83B, of which 5.13B are active per token, counting the unembedding
+    but not the embedding. Every other layer attends within a window of 128 tokens, the first one
+    included; the attention, the experts and the router carry biases."""
+    m = from_hf_config(json.dumps(GPT_OSS_120B))
+    assert m.total_params == pytest.approx(116.83e9, rel=0.001)
+    assert m.active_params - m.embedding_params == pytest.approx(5.13e9, rel=0.005)
+    assert (m.window, m.window_layers, m.chunked, m.bias, m.moe.top_k) == (128, 18, False, True, 4)
+    small = {**GPT_OSS_120B, "num_hidden_layers": 24, "num_local_experts": 32}      # gpt-oss-20b: 20.91B, 3.61B
+    m = from_hf_config(json.dumps(small))
+    assert m.total_params == pytest.approx(20.91e9, rel=0.001)
+    assert m.active_params - m.embedding_params == pytest.approx(3.61e9, rel=0.005)
+
+
+def test_llama4_config():
+    """Llama 4 Scout (16 experts, every layer MoE) and Maverick (128, every other layer; the rest a
+    dense MLP of intermediate_size_mlp), each MoE layer with one shared expert beside the routed one;
+    Meta gives 17B active for both, 400B in all for Maverick (Scout's 109B counts its vision
+    encoder, which is not read). Three layers in four attend within chunks of 8,192 tokens."""
+    scout = from_hf_config(json.dumps({"model_type": "llama4", "text_config": SCOUT}))
+    assert scout.active_params == pytest.approx(17e9, rel=0.02) and 107e9 < scout.total_params < 109e9
+    assert (scout.window, scout.window_layers, scout.chunked, scout.qk_norm) == (8192, 36, True, True)
+    assert "chunked attention" in scout.source
+    maverick = from_hf_config(json.dumps({**SCOUT, "num_local_experts": 128, "interleave_moe_layer_step": 2}))
+    assert maverick.total_params == pytest.approx(400e9, rel=0.005)
+    assert maverick.active_params == pytest.approx(17e9, rel=0.02)
+    assert (maverick.moe_layers, maverick.dense_mlp_layers, maverick.ffn) == (24, 24, 16384)
+    no_mlp = {k: v for k, v in SCOUT.items() if k != "intermediate_size_mlp"}
+    with pytest.raises(ConfigError, match="intermediate_size_mlp"):
+        from_hf_config(json.dumps({**no_mlp, "interleave_moe_layer_step": 2}))
+    with pytest.raises(ConfigError, match="moe_layers must be every interleave_moe_layer_step-th layer"):
+        from_hf_config(json.dumps({**SCOUT, "interleave_moe_layer_step": 2, "moe_layers": [0, 5, 9]}))
+    assert from_hf_config(json.dumps({**SCOUT, "no_rope_layers": [1, 0] * 24})).window_layers == 24
+    assert from_hf_config(json.dumps({**SCOUT, "attention_chunk_size": None})).window_layers == 0
+
+
+def test_glm4_moe_and_minimax_m2_configs():
+    """GLM-4.5-Air: 106B in all, 12B active (Z.ai's whole billions, rounded down; the MTP layer is
+    not counted), GQA attention with biases on q, k and v. MiniMax-M2: 230B in all, 10B active,
+    with q and k normalised."""
+    air = from_hf_config(json.dumps({
+        "model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944,
+        "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+        "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_routed_experts": 128,
+        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "attention_bias": True}))
+    assert 106e9 <= air.total_params < 107e9 and 12e9 <= air.active_params - air.embedding_params < 13e9
+    assert air.mla is None and (air.kv_heads, air.qkv_bias, air.moe.dense_layers) == (8, True, 1)
+    m2 = from_hf_config(json.dumps({
+        "model_type": "minimax_m2", "vocab_size": 200064, "hidden_size": 3072, "intermediate_size": 1536,
+        "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+        "num_experts_per_tok": 8, "num_local_experts": 256}))
+    assert m2.total_params == pytest.approx(230e9, rel=0.01) and m2.qk_norm
+    assert m2.active_params - m2.embedding_params == pytest.approx(10e9, rel=0.05)
+
+
+@pytest.mark.parametrize("kind,words", [("deepseek_v32", "model_type \"deepseek_v3\""),
+                                        ("qwen3_next", "Gated DeltaNet"), ("jamba", "Mamba")])
+def test_attention_the_calculators_cannot_model_is_refused_saying_why(kind, words):
+    with pytest.raises(ConfigError, match=words):
+        from_hf_config(json.dumps({**LLAMA_CFG, "model_type": kind}))
+
+
 def test_a_sparse_gemma_config_takes_transformers_defaults():
     """Gemma 3 4B's published text_config leaves out its heads, kv heads, head_dim and vocabulary;
     transformers fills them (8, 4, 256, 262,208): a 3.88B language model, not hidden / heads."""
@@ -172,6 +282,20 @@ def test_windowed_layers_count_only_the_pairs_within_the_window():
         ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=100, window_layers=5)
     with pytest.raises(ConfigError, match="window_layers"):
         ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=0, window_layers=2)
+
+
+def test_chunked_layers_count_only_the_pairs_within_their_chunk():
+    """On Llama 4's chunked layers a token at position i attends to the ((i - 1) mod w) + 1 tokens of
+    its own chunk of w, summed here position by position; at seq <= w it is full causal attention."""
+    from calculators.time.flops import attention_flops
+    m = ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, window=100, window_layers=3, chunked=True)
+    per_pair = 2 * 8 * (64 + 64)
+    for seq in (50, 100, 1000, 1050, 4096):
+        local = sum((i - 1) % 100 + 1 for i in range(1, seq + 1)) / seq
+        want = (seq / 2 + 3 * (local if seq > 100 else seq / 2)) / 4
+        assert attention_flops(m, seq) == pytest.approx(want * per_pair, rel=1e-9)
+    with pytest.raises(ConfigError, match="chunked=true needs window"):
+        ModelSpec(layers=4, hidden=512, heads=8, ffn=1024, vocab=1000, chunked=True)
 
 
 @pytest.mark.parametrize("cfg,words", [

@@ -234,11 +234,15 @@ HF_KEYS = ["model_type", "num_hidden_layers", "hidden_size", "num_attention_head
            "intermediate_size", "vocab_size", "head_dim", "tie_word_embeddings", "num_local_experts",
            "num_experts_per_tok", "num_experts", "moe_intermediate_size", "mlp_only_layers", "n_routed_experts",
            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "text_config", "_name_or_path",
-           "n_group", "topk_group", "topk_method"]
+           "n_group", "topk_group", "topk_method", "sliding_window", "layer_types", "attention_chunk_size",
+           "no_rope_layers", "no_rope_layer_interval", "interleave_moe_layer_step", "intermediate_size_mlp",
+           "moe_layers", "use_qk_norm", "attention_bias", "experts_per_token", "shared_intermediate_size",
+           "first_k_dense_replace", "n_shared_experts"]
 
 
 @FAST
-@given(st.sampled_from(["llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt2", "gpt_neox", "bert"]),
+@given(st.sampled_from(["llama", "mixtral", "qwen3_moe", "deepseek_v3", "gpt2", "gpt_neox", "bert", "gpt_oss",
+                        "llama4", "llama4_text", "glm4_moe", "minimax_m2", "kimi_k2", "qwen3_next"]),
        st.dictionaries(st.sampled_from(HF_KEYS), JSON | st.integers(-10, 2**31), max_size=10))
 def test_any_config_json_is_read_or_refused(kind, fields):
     cfg = {"model_type": kind, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
