@@ -22,9 +22,8 @@ MoE layers: gpt-oss's and MiniMax-M2's experts are intermediate_size wide; Llama
 shared expert beside them and, between MoE layers when interleave_moe_layer_step > 1, a dense MLP of
 intermediate_size_mlp; GLM-4.5 and Kimi K2 take DeepSeek's fields (GLM-4.5 with GQA, not MLA). The
 multi-token-prediction layers some of them ship (num_nextn_predict_layers) are not counted, as for
-DeepSeek-V3. Transformers places an interleaved model's MoE layers (Qwen's decoder_sparse_step,
-Llama 4's interleave_moe_layer_step) one layer later than the calculators do; the count is the same
-where the step divides the layers, as on every released model.
+DeepSeek-V3. An interleaved model's MoE layers (Qwen's decoder_sparse_step, Llama 4's
+interleave_moe_layer_step) are the layers transformers makes MoE: from the step-th on, every step-th.
 """
 from __future__ import annotations
 
@@ -190,23 +189,25 @@ def _keys_of(problem: str) -> str:
 
 def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     """(span, layers attending within it) of a sliding-window config; (0, 0) for none."""
-    window = cfg.get("attention_chunk_size" if kind == "llama4_text" else "sliding_window")
+    # transformers' GptOssConfig slides 128 tokens where its config.json leaves the window out
+    window = cfg.get("attention_chunk_size") if kind == "llama4_text" else \
+        cfg.get("sliding_window", 128 if kind == "gpt_oss" else None)
     if not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= limits.MAX_SEQ:
         return 0, 0
     if kind.startswith("qwen2") and cfg.get("use_sliding_window") is not True:
         return 0, 0
     types = cfg.get("layer_types")
-    if isinstance(types, list) and len(types) == layers:
-        local = sum(t == "sliding_attention" for t in types)
+    if isinstance(types, list) and len(types) == layers:      # as transformers writes them on saving
+        local = sum(t == ("chunked_attention" if kind == "llama4_text" else "sliding_attention") for t in types)
     elif kind in ("gemma2", "gpt_oss"):
         local = layers // 2 + layers % 2                     # every other layer, the first local
     elif kind == "llama4_text":                              # the layers with RoPE (1 in no_rope_layers) chunk
         rope = cfg.get("no_rope_layers")
         every = cfg.get("no_rope_layer_interval", 4)
-        if isinstance(rope, list) and len(rope) == layers and rope:
-            local = sum(r == 1 for r in rope)
+        if isinstance(rope, list) and len(rope) >= layers:  # transformers reads entry i for layer i
+            local = sum(bool(r) for r in rope[:layers])
         else:
-            every = every if isinstance(every, int) and not isinstance(every, bool) and 0 < every <= layers else 4
+            every = every if isinstance(every, int) and not isinstance(every, bool) and every > 0 else 4
             local = layers - layers // every                 # all but every `every`-th layer
     elif kind == "gemma3_text":
         pattern = cfg.get("sliding_window_pattern")
@@ -221,6 +222,18 @@ def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     else:
         return 0, 0
     return (window, local) if local else (0, 0)
+
+
+def _first_sparse(f: _Fields, dense: int, step: int, keys: str) -> int:
+    """The first MoE layer where transformers makes layer i sparse when (i + 1) % step == 0 after
+    `dense` leading dense ones (Qwen's decoder_sparse_step, Llama 4's interleave_moe_layer_step):
+    every step-th layer from there on, as MoESpec counts them. None among the layers: refused."""
+    first = dense + (-(dense + 1)) % max(1, step)
+    layers = f.cfg.get("num_hidden_layers")
+    if not f.problems and isinstance(layers, int) and first >= layers:
+        raise ConfigError(f"config.json {keys}: no layer of num_hidden_layers={layers} is MoE "
+                          f"(the first would be layer {first}); use a config.json of a dense type")
+    return first
 
 
 def _llama_like(f: _Fields, kind: str) -> dict:
@@ -243,12 +256,14 @@ def _llama_like(f: _Fields, kind: str) -> dict:
         if not f.problems and list(dense) != list(range(len(dense))):
             raise ConfigError("config.json mlp_only_layers must be the leading layers (0, 1, ...) to be modelled; "
                               f"got {show(dense)}")
+        step = f.get(E["moe_every"], "decoder_sparse_step", 1)
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),
                               expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
                               shared_experts=1 if shared else 0, shared_ffn=shared,
-                              dense_layers=len(dense) if isinstance(dense, list) else 0,
-                              moe_every=f.get(E["moe_every"], "decoder_sparse_step", 1))
+                              dense_layers=_first_sparse(f, len(dense) if isinstance(dense, list) else 0, step,
+                                                         "mlp_only_layers and decoder_sparse_step"),
+                              moe_every=step)
     elif kind in ("gpt_oss", "minimax_m2"):
         shared = f.get(E["shared_ffn"], "shared_intermediate_size", 0)
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts", "num_experts"),
@@ -261,7 +276,8 @@ def _llama_like(f: _Fields, kind: str) -> dict:
         step = f.get(E["moe_every"], "interleave_moe_layer_step", 1)
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),
-                              expert_ffn=f.need(E["expert_ffn"], "intermediate_size"), shared_experts=1, moe_every=step)
+                              expert_ffn=f.need(E["expert_ffn"], "intermediate_size"), shared_experts=1,
+                              dense_layers=_first_sparse(f, 0, step, "interleave_moe_layer_step"), moe_every=step)
         # the dense layers' MLP between the MoE ones (Maverick's every other layer)
         args["ffn"] = f.need(M["ffn"], "intermediate_size_mlp") if step > 1 else \
             f.get(M["ffn"], "intermediate_size_mlp", 0)
@@ -271,11 +287,12 @@ def _llama_like(f: _Fields, kind: str) -> dict:
             raise ConfigError(f"config.json moe_layers must be every interleave_moe_layer_step-th layer ({step}: "
                               f"layers {', '.join(map(str, every[:3]))}, ...) to be modelled; got {show(listed)}")
     elif kind in DEEPSEEK_MOE:
+        glm = 1 if kind == "glm4_moe" else 0       # transformers' Glm4MoeConfig defaults: one of each
         args["moe"] = MoESpec(experts=f.need(E["experts"], "n_routed_experts"),
                               top_k=f.need(E["top_k"], "num_experts_per_tok"),
                               expert_ffn=f.need(E["expert_ffn"], "moe_intermediate_size"),
-                              shared_experts=f.get(E["shared_experts"], "n_shared_experts", 0),
-                              dense_layers=f.get(E["dense_layers"], "first_k_dense_replace", 0),
+                              shared_experts=f.get(E["shared_experts"], "n_shared_experts", glm),
+                              dense_layers=f.get(E["dense_layers"], "first_k_dense_replace", glm),
                               moe_every=f.get(E["moe_every"], "moe_layer_freq", 1),
                               # group-limited routing (V2's group_limited_greedy, V3's noaux_tc);
                               # plain "greedy" ignores the groups

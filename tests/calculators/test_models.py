@@ -198,6 +198,38 @@ def test_llama4_config():
         from_hf_config(json.dumps({**SCOUT, "interleave_moe_layer_step": 2, "moe_layers": [0, 5, 9]}))
     assert from_hf_config(json.dumps({**SCOUT, "no_rope_layers": [1, 0] * 24})).window_layers == 24
     assert from_hf_config(json.dumps({**SCOUT, "attention_chunk_size": None})).window_layers == 0
+    assert from_hf_config(json.dumps({**SCOUT, "no_rope_layer_interval": 100})).window_layers == 48
+    # as transformers writes a Llama 4 config on saving it: its layer types listed
+    saved = {**SCOUT, "layer_types": ["chunked_attention", "chunked_attention", "chunked_attention",
+                                      "full_attention"] * 12}
+    assert from_hf_config(json.dumps(saved)).window_layers == 36
+
+
+def test_interleaved_moe_layers_are_the_ones_transformers_makes_moe():
+    """Layer i is MoE when (i + 1) % step == 0 (after Qwen's mlp_only_layers): 23 of 47 layers at
+    step 2, 9 of 48 at step 5; a step that leaves no MoE layer is refused, naming its keys."""
+    for layers, step, moe in ((47, 2, [1, 3, 5]), (48, 5, [4, 9, 14])):
+        m = from_hf_config(json.dumps({**SCOUT, "num_hidden_layers": layers, "interleave_moe_layer_step": step}))
+        assert [i for i in range(layers) if m.is_moe_layer(i)][:3] == moe
+        assert m.moe_layers == len(range(step - 1, layers, step))
+    qwen = {"model_type": "qwen3_moe", "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 1000, "num_experts": 4, "num_experts_per_tok": 1,
+            "moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": [0, 1]}
+    m = from_hf_config(json.dumps(qwen))
+    assert [i for i in range(6) if m.is_moe_layer(i)] == [3, 5]
+    with pytest.raises(ConfigError, match="interleave_moe_layer_step: no layer of num_hidden_layers=4 is MoE"):
+        from_hf_config(json.dumps({**SCOUT, "num_hidden_layers": 4, "interleave_moe_layer_step": 5}))
+
+
+def test_missing_fields_take_transformers_defaults_for_the_new_families():
+    """gpt-oss without sliding_window slides 128 tokens (GptOssConfig); GLM-4.5 without
+    n_shared_experts or first_k_dense_replace has one of each (Glm4MoeConfig)."""
+    sparse = {k: v for k, v in GPT_OSS_120B.items() if k != "sliding_window"}
+    assert from_hf_config(json.dumps(sparse)).window == 128
+    glm = from_hf_config(json.dumps({"model_type": "glm4_moe", "num_hidden_layers": 4, "hidden_size": 64,
+                                     "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000,
+                                     "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}))
+    assert (glm.moe.shared_experts, glm.moe.dense_layers) == (1, 1)
 
 
 def test_glm4_moe_and_minimax_m2_configs():
