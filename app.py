@@ -15,7 +15,7 @@ import gradio as gr  # noqa: E402  (reads the settings above)
 
 from starlette.middleware import Middleware  # noqa: E402
 
-from playbook import serve, ui  # noqa: E402
+from playbook import narrow, serve, ui  # noqa: E402
 from playbook.url import HEAD  # noqa: E402
 
 CSS = (".gradio-container {max-width: 1280px !important; width: 100%; margin: auto}"
@@ -55,7 +55,7 @@ def build_app() -> gr.Blocks:
 
 def launch_options() -> dict:
     """What `python app.py` passes to launch() beyond the address (playbook/serve.py's bounds)."""
-    return dict(theme=gr.themes.Soft(), head=HEAD, css=CSS, max_file_size=serve.MAX_UPLOAD_BYTES,
+    return dict(theme=gr.themes.Soft(), head=HEAD + narrow.HEAD, css=CSS, max_file_size=serve.MAX_UPLOAD_BYTES,
                 app_kwargs={"middleware": [Middleware(serve.BodyLimit)]},
                 # the app keeps no per-visitor state; Gradio's default keeps 10,000 sessions'
                 # copies of the page's config (about 0.6 MB each, measured): 6 GB on a public Space

@@ -387,3 +387,27 @@ def test_the_layout_checks_see_what_a_reader_sees(browser):
         assert [p.split(":")[0] for p in scrolled] == ["crowded-plot"], scrolled
     finally:
         demo.close()
+
+
+def test_a_phone_gets_legends_under_the_plot(server, browser):
+    """At 390 px the roofline's legend beside its plot left the plot a third of the figure's width:
+    on a narrow page it moves under the plot (playbook/narrow.py), the plot as wide as the figure
+    allows; at 1280 px it stays beside it."""
+    url, _ = server
+    shape = """() => { const gd = document.querySelector('#roofline_10_1-plot .js-plotly-plot');
+        if (!gd || !gd._fullLayout) return null;
+        return [gd.layout.legend.orientation, gd._fullLayout._size.w, gd.clientWidth]; }"""
+    for width in (390, 1280):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        problems = watch(page)
+        page.goto(url + "kernels")
+        page.wait_for_selector("#roofline_10_1-plot .js-plotly-plot", timeout=20000)
+        if width < 600:
+            page.wait_for_function(f"() => ({shape})()?.[0] === 'h'", timeout=10000)
+        else:
+            time.sleep(1.5)                          # two of narrow.py's rounds: nothing may move
+        orientation, plot, figure = page.evaluate(shape)
+        assert orientation == ("h" if width < 600 else "v")
+        assert plot > 0.6 * figure if width < 600 else plot < figure - 100
+        assert not problems, problems
+        page.close()
