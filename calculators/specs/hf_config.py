@@ -41,17 +41,17 @@ DEEPSEEK_MOE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe")     # n_rou
 # model_types whose language model is another's: multimodal wrappers and their text halves
 TEXT_OF = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 # model_types that cannot be modelled, and why: attention other than softmax over the tokens
-UNMODELLED = {
-    "deepseek_v32": "DeepSeek-V3.2's sparse attention (a lightning indexer choosing 2,048 keys per query) is not "
-                    "modelled; model_type \"deepseek_v3\" with the same fields gives its dense-attention twin, "
-                    "V3.1-Terminus, the model V3.2 was trained from",
-    "qwen3_next": "Qwen3-Next's Gated DeltaNet layers (linear attention on 3 of every 4 layers) are not modelled",
-    "minimax": "MiniMax-Text-01 and M1's lightning (linear) attention layers are not modelled",
-    "kimi_linear": "Kimi Linear's KDA (linear attention) layers are not modelled",
-    "jamba": "Jamba's Mamba layers are not modelled", "falcon_h1": "Falcon-H1's Mamba-2 heads are not modelled",
-    "mamba": "Mamba's state-space layers are not modelled", "mamba2": "Mamba-2's state-space layers are not modelled",
-    "nemotron_h": "Nemotron-H's Mamba-2 layers are not modelled",
-}
+UNMODELLED = dict((
+    ("deepseek_v32", "DeepSeek-V3.2's sparse attention (a lightning indexer choosing 2,048 keys per query) is not "
+                     "modelled; model_type \"deepseek_v3\" with the same fields gives its dense-attention twin, "
+                     "V3.1-Terminus, the model V3.2 was trained from"),
+    *((kind, f"{layers} are not modelled") for kind, layers in (
+        ("qwen3_next", "Qwen3-Next's Gated DeltaNet layers (linear attention on 3 of every 4 layers)"),
+        ("minimax", "MiniMax-Text-01 and M1's lightning (linear) attention layers"),
+        ("kimi_linear", "Kimi Linear's KDA (linear attention) layers"), ("jamba", "Jamba's Mamba layers"),
+        ("falcon_h1", "Falcon-H1's Mamba-2 heads"), ("mamba", "Mamba's state-space layers"),
+        ("mamba2", "Mamba-2's state-space layers"), ("nemotron_h", "Nemotron-H's Mamba-2 layers"))),
+))
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text")       # transformers' config defaults
 # Fields a published Gemma config may leave out, read as transformers' config classes default them
 # (Gemma 3 4B's text_config states neither its heads, kv heads, head_dim nor vocabulary).
@@ -171,14 +171,15 @@ def _together(exc: ConfigError) -> ConfigError:
 
 # the config.json keys (transformers' names) behind the model fields a check of them together names
 CONFIG_KEYS = {"model.heads": "num_attention_heads (and num_key_value_heads)",
-               "model.ffn": "intermediate_size (GPT-2's n_inner)",
+               "model.ffn": "intermediate_size (GPT-2's n_inner, Llama 4's intermediate_size_mlp)",
                "model.head_dim": "head_dim, else hidden_size / num_attention_heads",
                "model.moe.experts": "num_experts, num_local_experts or n_routed_experts",
                "model.moe.top_k": "num_experts_per_tok", "model.moe.groups": "n_group",
-               "model.moe.groups_per_token": "topk_group", "model.moe.expert_ffn": "moe_intermediate_size",
+               "model.moe.groups_per_token": "topk_group",
+               "model.moe.expert_ffn": "moe_intermediate_size (gpt-oss, MiniMax-M2, Llama 4: intermediate_size)",
                "model.moe.dense_layers": "first_k_dense_replace or mlp_only_layers",
-               "model.moe.moe_every": "decoder_sparse_step or moe_layer_freq",
-               "model.window_layers": "sliding_window and max_window_layers"}
+               "model.moe.moe_every": "decoder_sparse_step, interleave_moe_layer_step or moe_layer_freq",
+               "model.window_layers": "sliding_window and max_window_layers (Llama 4's attention_chunk_size)"}
 
 
 def _keys_of(problem: str) -> str:
