@@ -75,7 +75,10 @@ def build(wid: str, params: dict) -> Widget:
         controls, defaults = controls_row(params, CONTROLS)
         plot = gr.Plot(label="plans")
         table = gr.Dataframe(headers=COLUMNS, label="ranked plans", interactive=False, wrap=True,
-                             column_widths=["4%", "46%", "9%", "11%", "8%", "11%", "11%"])
+                             elem_id=f"{wid}-table",
+                             # widths in pixels, not shares of the screen: on a phone the table
+                             # scrolls sideways instead of splitting "1,192" a digit per line
+                             column_widths=[36, 520, 70, 100, 64, 86, 70])
         text = gr.Markdown()
         code = gr.Code(label="export", language="shell")
     # One search at a time: a search holds the interpreter for up to seconds, and several at once

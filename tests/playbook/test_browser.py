@@ -411,3 +411,21 @@ def test_a_phone_gets_legends_under_the_plot(server, browser):
         assert plot > 0.6 * figure if width < 600 else plot < figure - 100
         assert not problems, problems
         page.close()
+
+
+def test_a_phone_scrolls_the_plans_table_rather_than_splitting_its_numbers(server, browser):
+    """At 390 px the planner's table had its columns squeezed to a character's width ("1,192" a
+    digit a line): its columns are sized in pixels, so it scrolls sideways and each number keeps one line."""
+    url, _ = server
+    page = browser.new_page(viewport={"width": 390, "height": 900})
+    problems = watch(page)
+    page.goto(url + "putting-together")
+    # Gradio draws a cell's text in a .cell-wrap: the header's, then the rows'
+    cells = "Array.from(document.querySelectorAll('#planner_11_1-table .cell-wrap'))"
+    page.wait_for_function(f"() => {cells}.filter(e => /%$/.test(e.innerText.trim())).length >= 6", timeout=60000)
+    lines = page.evaluate(f"""() => {cells}.filter(e => /^[0-9][0-9,.]*%?$/.test(e.innerText.trim())).map(e => {{
+        const r = document.createRange(); r.selectNodeContents(e.querySelector('span') || e);  // the text's own boxes
+        return [e.innerText.trim(), new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top))).size]; }})""")
+    assert len(lines) >= 15 and all(n == 1 for _, n in lines), lines
+    assert not problems, problems
+    page.close()
