@@ -50,6 +50,7 @@ def build_app() -> gr.Blocks:
     # demo.queue(...) call: it would build Gradio's web app once more (half a second of the start).
     # The queue Blocks made gets its bound here instead (serve.QUEUE_MAX).
     demo._queue.max_size = serve.QUEUE_MAX
+    serve.explain_file_inputs(demo)
     return demo
 
 

@@ -10,9 +10,13 @@ raise, so no request can hold the server's memory or disk (app.py passes them to
 - uploaded files: at most MAX_UPLOAD_BYTES each (Gradio's max_file_size), deleted an hour after
   they came (Gradio's delete_cache): they are served back to anyone who has their path;
 - the queue: at most QUEUE_MAX events waiting across all widgets; beyond it Gradio answers
-  "queue full" instead of holding one more request.
+  "queue full" instead of holding one more request;
+- a file input given anything but an uploaded file's record: refused naming the input and what to
+  send (explain_file_inputs), where Gradio's own answer was a bare "Error".
 """
 from __future__ import annotations
+
+import os
 
 from starlette.formparsers import MultiPartException
 
@@ -76,3 +80,46 @@ async def _too_large(send, cap: int) -> None:
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _not_an_upload(value, folder: str) -> bool:
+    """Whether a File input's value is not one Gradio's own page sends: nothing, or the record (an
+    object with a text `path`) of a file in Gradio's upload folder."""
+    if value is None:
+        return False
+    path = value.get("path") if isinstance(value, dict) else None
+    try:
+        return not isinstance(path, str) or not os.path.realpath(path).startswith(os.path.realpath(folder) + os.sep)
+    except (ValueError, OSError):                # a NUL in the path, a name too long
+        return True
+
+
+def explain_file_inputs(demo) -> None:
+    """A value sent to a file input through the API that is not an uploaded file (text, a number, a
+    path outside Gradio's upload folder) made Gradio answer a bare "Error" before any widget code
+    ran: such a refusal now names the input and what to send, the value quoted as text."""
+    import html
+
+    import gradio as gr
+
+    from calculators.specs.validate import show
+
+    original = demo.preprocess_data
+
+    async def preprocess_data(block_fn, inputs, state, explicit_call=False):
+        try:
+            return await original(block_fn, inputs, state, explicit_call)
+        except gr.Error:
+            raise
+        except Exception:
+            folder = gr.utils.get_upload_folder()
+            for block, value in zip(block_fn.inputs, inputs):
+                if isinstance(block, gr.File) and _not_an_upload(value, folder):
+                    path = value.get("path") if isinstance(value, dict) else None
+                    got = html.escape(show(value if path is None else path), quote=False)   # shown as text
+                    raise gr.Error(f"{block.label}: {got} is not a file "
+                                   "uploaded to this app; choose the file with the page's upload button (an API "
+                                   f"client posts it to {UPLOAD_PATH} first and sends the path it answers)") from None
+            raise
+
+    demo.preprocess_data = preprocess_data

@@ -79,6 +79,11 @@ def test_hostile_requests_get_clear_answers_and_the_server_stays_small(served, w
              ("planner_11_1", {"model": "Z" * 10_000}, "model preset must be one of"),
              ("schedule_6_1", {"p": "8"}, "p \\(pipeline ranks\\) must be a whole number"),
              ("memory_1_1", {"config": evil_config}, "&lt;img")]
+    # a file input given what is not an uploaded file: Gradio's own answer was a bare "Error"
+    not_a_file = "add your results (.jsonl, as the harness writes them): {} is not a file uploaded to this app"
+    cases += [("explorer_13_1", {"upload": value}, not_a_file.format(shown))
+              for value, shown in (("hello", "'hello'"), (5, "5"), ({"path": "/etc/passwd"}, "'/etc/passwd'"),
+                                   ([EVIL], "['&lt;img src=https://example.invalid/pixel.png&gt;']"))]
     for w in widgets:                              # every text box given a server path
         for key in (k for k, c in w.controls.items() if type(c).__name__ == "Textbox"):
             cases += [(w.wid, {key: path}, "") for path in ("/dev/zero", "/etc/passwd", "/proc/self/environ")]
