@@ -114,10 +114,10 @@ def explain_file_inputs(demo) -> None:
         except Exception:
             folder = gr.utils.get_upload_folder()
             for block, value in zip(block_fn.inputs, inputs):
-                if isinstance(block, gr.File) and _not_an_upload(value, folder):
+                if isinstance(block, (gr.File, gr.UploadButton)) and _not_an_upload(value, folder):
                     path = value.get("path") if isinstance(value, dict) else None
                     got = html.escape(show(value if path is None else path), quote=False)   # shown as text
-                    raise gr.Error(f"{block.label}: {got} is not a file "
+                    raise gr.Error(f"{block.label or 'the upload'}: {got} is not a file "
                                    "uploaded to this app; choose the file with the page's upload button (an API "
                                    f"client posts it to {UPLOAD_PATH} first and sends the path it answers)") from None
             raise
