@@ -35,7 +35,7 @@ def params(model: str, part: str = "total") -> str:
     m = model_from_name(model)
     if part not in ("total", "active"):
         raise ValueError(f"params part {part!r}: total or active")
-    return f"{(m.total_params if part == 'total' else m.active_params) / 1e9:.1f}B"
+    return f"{(m.total_params if part == 'total' else m.active_params) / 1e9:,.1f}B"
 
 
 def memory(part: str = "total", **kw) -> str:

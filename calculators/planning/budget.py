@@ -84,7 +84,7 @@ def parse(request) -> dict:
         problems.append(f"budget.hardware must be an object like {{'gpu': 'H100-80GB'}} (got {show(hardware)})")
     elif set(hardware) - HARDWARE_KEYS:
         problems.append(f"budget.hardware takes {', '.join(sorted(HARDWARE_KEYS))}; the cluster sizes are "
-                        f"budget.gpus (got {show(', '.join(map(str, sorted(set(hardware) - HARDWARE_KEYS))), 200)})")
+                        f"budget.gpus (got {keys(sorted(set(hardware) - HARDWARE_KEYS, key=str))})")
     if not isinstance(req.get("constraints", {}), dict):
         problems.append(f"budget.constraints must be an object, as plan's (got {show(req['constraints'])})")
     if problems:

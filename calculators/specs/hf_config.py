@@ -190,8 +190,9 @@ def _keys_of(problem: str) -> str:
 
 def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     """(span, layers attending within it) of a sliding-window config; (0, 0) for none."""
-    # transformers' GptOssConfig slides 128 tokens where its config.json leaves the window out
-    window = cfg.get("attention_chunk_size") if kind == "llama4_text" else \
+    # transformers' defaults where a config.json leaves the window out: GptOssConfig slides 128 tokens,
+    # Llama4TextConfig chunks 8,192
+    window = cfg.get("attention_chunk_size", 8192) if kind == "llama4_text" else \
         cfg.get("sliding_window", 128 if kind == "gpt_oss" else None)
     if not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= limits.MAX_SEQ:
         return 0, 0

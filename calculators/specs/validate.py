@@ -38,9 +38,12 @@ def show(value, limit: int = 60) -> str:
 
 
 def keys(unknown, limit: int = 200) -> str:
-    """Unknown keys as a message lists them: each quoted once, the whole cut to `limit` characters."""
-    text = ", ".join(show(k, 40) for k in list(unknown)[:20])
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    """Unknown keys as a message lists them: each quoted once, the whole cut to `limit` characters,
+    saying how many more there are."""
+    unknown = list(unknown)
+    text = ", ".join(show(k, 40) for k in unknown[:20])
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    return text + (f" and {len(unknown) - 20:,} more" if len(unknown) > 20 else "")
 
 
 def _fmt(x) -> str:

@@ -198,6 +198,9 @@ def test_llama4_config():
         from_hf_config(json.dumps({**SCOUT, "interleave_moe_layer_step": 2, "moe_layers": [0, 5, 9]}))
     assert from_hf_config(json.dumps({**SCOUT, "no_rope_layers": [1, 0] * 24})).window_layers == 24
     assert from_hf_config(json.dumps({**SCOUT, "attention_chunk_size": None})).window_layers == 0
+    no_chunk = {k: v for k, v in SCOUT.items() if k != "attention_chunk_size"}      # transformers' 8,192
+    assert (from_hf_config(json.dumps(no_chunk)).window, from_hf_config(json.dumps(no_chunk)).window_layers) == \
+        (8192, 36)
     assert from_hf_config(json.dumps({**SCOUT, "no_rope_layer_interval": 100})).window_layers == 48
     # as transformers writes a Llama 4 config on saving it: its layer types listed
     saved = {**SCOUT, "layer_types": ["chunked_attention", "chunked_attention", "chunked_attention",

@@ -146,6 +146,8 @@ def test_constraints_are_obeyed_and_bad_ones_are_explained():
         plan(model, cluster, 4096, 128, {"tensor": 2})
     with pytest.raises(ConfigError, match="has unknown key\\(s\\) 'parallel'; use constraints"):
         plan_answer({"model": {"preset": "llama3-8b"}, "seq": 4096, "gbs": 128, "parallel": {}})
+    with pytest.raises(ConfigError, match="'k4' and 5 more; use constraints"):        # the count of the rest
+        plan_answer({"model": {"preset": "llama3-8b"}, "seq": 4096, "gbs": 128, **{f"k{i}": 1 for i in range(25)}})
     with pytest.raises(ConfigError, match="schedule"):
         plan(model, cluster, 4096, 128, {"schedule": "2f2b"})
     nothing = plan(model, cluster, 4096, 128, {"tp": 3})

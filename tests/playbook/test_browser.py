@@ -409,6 +409,14 @@ def test_a_phone_gets_legends_under_the_plot(server, browser):
         orientation, plot, figure = page.evaluate(shape)
         assert orientation == ("h" if width < 600 else "v")
         assert plot > 0.6 * figure if width < 600 else plot < figure - 100
+        if width < 600:                          # turned to a wide page and back: it follows each time
+            page.set_viewport_size({"width": 1280, "height": 900})
+            page.wait_for_function(f"() => ({shape})()?.[0] === 'v' && ({shape})()[2] > 1000", timeout=10000)
+            page.set_viewport_size({"width": 360, "height": 900})
+            page.wait_for_function(f"() => ({shape})()?.[0] === 'h'", timeout=10000)
+            fits = "() => { const gd = document.querySelector('#roofline_10_1-plot .js-plotly-plot');" \
+                   " return gd._fullLayout.width <= gd.clientWidth; }"
+            assert page.evaluate(fits)
         assert not problems, problems
         page.close()
 
