@@ -18,6 +18,7 @@ other layer, Qwen2 from max_window_layers on where use_sliding_window is set) is
 (flops.attention_flops), as FlashAttention's local attention computes them. Llama 4's chunked
 attention (attention_chunk_size, on the layers with RoPE) is a window with `chunked` set: a token
 attends to the tokens before it in its own chunk.
+gpt-oss's GLU clamps its input at swiglu_limit (the model's `glu_limit`).
 MoE layers: gpt-oss's and MiniMax-M2's experts are intermediate_size wide; Llama 4's too, with one
 shared expert beside them and, between MoE layers when interleave_moe_layer_step > 1, a dense MLP of
 intermediate_size_mlp; GLM-4.5 and Kimi K2 take DeepSeek's fields (GLM-4.5 with GQA, not MLA). The
@@ -32,7 +33,7 @@ import re
 from . import limits
 from .errors import ConfigError
 from .models import MLASpec, ModelSpec, MoESpec
-from .validate import flag, integer, loads, show, whole_list
+from .validate import flag, integer, loads, number, show, whole_list
 
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
               "kimi_k2", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite", "gpt_oss", "glm4_moe",
@@ -274,6 +275,9 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                               shared_experts=1 if shared else 0, shared_ffn=shared)
         if kind == "gpt_oss":                      # biases on the attention, the experts and the router
             args["bias"], args["qkv_bias"] = True, False
+            limit = f.cfg.get("swiglu_limit", 7.0)     # its GLU's clamp (GptOssConfig's default)
+            number(f.problems, "config.json swiglu_limit", 0.0 if limit is None else limit, *limits.MODEL["glu_limit"])
+            args["glu_limit"] = float(limit or 0.0) if not f.problems else 0.0
     elif kind == "llama4_text":
         step = f.get(E["moe_every"], "interleave_moe_layer_step", 1)
         args["moe"] = MoESpec(experts=f.need(E["experts"], "num_local_experts"),

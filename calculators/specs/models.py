@@ -104,6 +104,8 @@ class ModelSpec:
     window_layers: int = 0       # the layers that attend within it; the others attend to the whole sequence
     chunked: bool = False        # those layers attend within fixed blocks of `window` tokens (Llama 4's chunked
                                  # attention), not a span sliding with each token
+    glu_limit: float = 0.0       # the GLU's halves clamped to this before the activation (gpt-oss's
+                                 # swiglu_limit, 7); 0: no clamp
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"

@@ -44,6 +44,37 @@ EAGER = {
 GELU = {"forward": 4, "backward": 8}
 
 
+# A clamped GLU (gpt-oss: glu_limit) clamps the two halves of its input before the activation.
+# Megatron-Core runs the clamps and their concatenation as eager PyTorch ahead of its compiled GLU
+# (fusions/fused_bias_geglu.py, the clamp_value path), as does any eager stack; torch.compile and
+# Transformer Engine's fused grouped MLP fold them into their kernels. (bytes per element of the
+# GLU's input, 2 x ffn a token, kernels), counted from PyTorch's own trace of the sequence
+# (tests/calculators/test_gpt_oss_torch.py): two clamps and a cat forward; backward their masks,
+# where's and the cat's gradient.
+CLAMP = {"forward": (8, 3), "backward": (15, 9)}
+# Megatron's grouped experts with biases (gpt-oss: bias) add the second GEMM's bias outside it, per
+# local expert: its rows plus the bias times the routing probability, in fp32 (the probabilities'
+# dtype), concatenated and cast back (moe/experts.py, TEGroupedMLP._apply_bias, the unpacked path).
+# (bytes per element of that GEMM's output, hidden a routed copy, kernels per local expert, kernels
+# more), from the same trace; Transformer Engine's fused grouped MLP adds both biases in its GEMMs.
+EXPERT_BIAS = {"forward": (28, 2, 2), "backward": (40, 6, 4)}
+
+
+def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
+    """(bytes, kernels) an MoE layer's clamped GLU and Megatron's unfused expert bias add, for
+    `tokens` tokens of a micro-batch on one GPU, "forward" or "backward"."""
+    e, fused = model.moe, par.compile or par.experts == "fused"
+    nbytes, kernels = 0.0, 0
+    if e is not None and model.glu_limit > 0 and model.mlp == "swiglu" and not fused:
+        per, k = CLAMP[way]
+        nbytes, kernels = per * tokens * 2 * e.top_k * e.expert_ffn / par.etp, k
+    if e is not None and model.bias and par.framework == "megatron" and not fused:
+        per, k_expert, k = EXPERT_BIAS[way]
+        nbytes += per * tokens * e.top_k * model.hidden
+        kernels += k_expert * max(1, e.experts // par.ep) + k
+    return nbytes, kernels
+
+
 def permute_bytes(model: ModelSpec, tokens: float) -> float:
     """HBM bytes of an MoE layer's forward permutation and unpermutation for `tokens` tokens, as one
     fused kernel each way runs them (Transformer Engine's moe_permute and moe_unpermute, which
@@ -138,6 +169,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
         mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local
         mlp += permute[way] if permute else 0.0
+        glu, glu_kernels = glu_extras(model, par, tokens, way) if moe_layer else (0.0, 0)
+        mlp, kernels = mlp + glu, kernels + glu_kernels
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))

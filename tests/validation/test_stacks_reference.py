@@ -59,10 +59,11 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
     torchtitan runs it (forward only, overlap.tp_pipelining) and its pipelines with their
     default micro-batches and FSDP's weights kept through them: 20% (its context-parallel runs,
     +13 to +68%, are the new misses above 20%). GPT-OSS 120B's 14 Megatron-Bridge rows, expressible
-    once the calculators read gpt-oss, added (+16 to +85%, a named miss, test below): 25.4%."""
+    once the calculators read gpt-oss, added (+16 to +85%, a named miss, test below): 25.4%; its
+    experts' eager clamp and unfused bias costed (elementwise.CLAMP, EXPERT_BIAS): 20.8%."""
     rows, _ = scored
     n, median, p90, signed, mfu40, mfu50 = summary(rows)["all"]
-    assert n >= 300 and median <= 0.05 and p90 <= 0.26 and abs(signed) <= 0.05
+    assert n >= 300 and median <= 0.05 and p90 <= 0.25 and abs(signed) <= 0.05
     assert median < min(mfu40, mfu50)
     for source, (n, median, _, _, mfu40, mfu50) in summary(rows, lambda s: s.run.source).items():
         if n >= 20 and source not in KNOWN_MISSES:
@@ -72,20 +73,21 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
 
 
 def test_gpt_oss_is_a_named_miss(scored):
-    """Megatron-Bridge's GPT OSS 120B runs (26.02 to 26.08, H100, B200, GB200) come out 16 to 85% too
+    """Megatron-Bridge's GPT OSS 120B runs (26.02 to 26.08, H100, B200, GB200) came out 16 to 85% too
     fast, where the same tables' Qwen3 and DeepSeek-V3 runs on the same systems land within about 5%.
-    What its layers run that the calculators do not cost, read in Megatron-Core's, Transformer
-    Engine's and cudnn-frontend's source, explains about a quarter of the GB200 BF16 gap (12 ms a
-    layer per micro-batch of 16k tokens): the clamp of its GLU run eagerly before the compiled
-    activation (about 1.5 ms), the experts' second bias added in a Python loop over experts (0.75),
-    YaRN's rotary embedding, which Megatron does not fuse when its scale is not 1 (0.3 to 0.5), and
-    cuDNN's 128-token sliding window at about 170 TFLOP/s on GB200 (cudnn-frontend's own GPT-OSS
-    benchmark; 0.3). The MXFP8 runs also run FP8 attention, whose backward does not skip the
-    window's masked blocks. The rest is not found: a profile of one layer would settle it. Asserted
-    to still miss, so that this note stays true when the model improves."""
+    Read in Megatron-Core's source, its experts run two passes the calculators did not cost: the
+    clamp of the GLU's input, eager before the compiled activation, and the second bias, added per
+    local expert in fp32 and cast back (elementwise.CLAMP and EXPERT_BIAS, counted from PyTorch's
+    trace). Costed, the BF16 runs are 8 to 48% too fast; the MXFP8 ones (Transformer Engine's fused
+    grouped MLP, which folds both in) stay at +32%. Not costed yet: YaRN's rotary embedding, which
+    Megatron does not fuse when its scale is not 1 (0.3 to 0.5 ms a layer per micro-batch of 16k
+    tokens on GB200), cuDNN's 128-token sliding window at about 170 TFLOP/s there (cudnn-frontend's
+    own GPT-OSS benchmark; 0.3 ms), and the MXFP8 runs' FP8 attention, whose backward does not skip
+    the window's masked blocks. Asserted to still miss, so that this note stays true."""
     rows = [s for s in scored[0] if s.run.model.name == "gpt-oss-120b"]
-    assert len(rows) == 14 and all(s.error > 0.10 for s in rows)
-    assert sorted(s.error for s in rows)[len(rows) // 2] > 0.30
+    assert len(rows) == 14 and all(s.error > 0.05 for s in rows)
+    assert sorted(s.error for s in rows)[len(rows) // 2] > 0.20
+    assert all(0.25 < s.error < 0.40 for s in rows if s.run.par.experts == "fused")
 
 
 def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, monkeypatch):

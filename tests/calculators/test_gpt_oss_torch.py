@@ -1,0 +1,97 @@
+"""The element-wise work gpt-oss's experts add under Megatron, counted by PyTorch itself: the ops
+the sequences dispatch on fake tensors, forward and backward, and the bytes each reads and
+writes, against calculators.time.elementwise's CLAMP and EXPERT_BIAS.
+
+- the clamp of the GLU's input: its gate half clamped from above, its linear half on both sides,
+  the two concatenated again (Megatron-Core's clamp_value path runs these eagerly before its
+  compiled GLU);
+- the second bias: per local expert, its rows plus the bias times each row's routing probability
+  (fp32, as the router's probabilities are), concatenated and cast back to bf16 (TEGroupedMLP's
+  unpacked bias path).
+Written here from the operations those paths perform, not copied."""
+import types
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from calculators.specs.parallel import ParallelConfig
+from calculators.specs.presets import model_from_name
+from calculators.time.elementwise import CLAMP, EXPERT_BIAS, glu_extras, layer_bytes
+
+_FREE = ("aten::empty_like", "aten::expand", "aten::view", "aten::detach", "aten::ones_like", "aten::empty",
+         "aten::empty_strided", "aten::new_empty_strided")
+
+
+class _Bytes(TorchDispatchMode):
+    """Bytes every kernel reads and writes (views and allocations left out), and the kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes, self.kernels = 0, 0
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func._schema.name
+        if not func.is_view and not name.startswith("prim::") and name not in _FREE:
+            leaves = torch.utils._pytree.tree_leaves((args, kwargs, out))
+            nbytes = sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+            self.bytes += nbytes
+            self.kernels += nbytes > 0
+        return out
+
+
+def _traced(forward, *inputs):
+    with _Bytes() as fwd:
+        y = forward(*inputs)
+    with _Bytes() as bwd:
+        y.backward(torch.ones_like(y))
+    return {"forward": (fwd.bytes, fwd.kernels), "backward": (bwd.bytes, bwd.kernels)}
+
+
+def _clamp(x, limit=7.0):
+    gate, linear = x.chunk(2, -1)
+    return torch.cat((gate.clamp(max=limit), linear.clamp(min=-limit, max=limit)), -1)
+
+
+def _bias(rows, bias, probs, counts):
+    parts = zip(torch.split(rows, counts), bias, torch.split(probs, counts))
+    return torch.cat([r + b * p for r, b, p in parts]).to(torch.bfloat16)
+
+
+def test_the_clamp_and_the_bias_move_the_counted_bytes():
+    n, h, f, experts = 4096, 256, 128, 4
+    with FakeTensorMode():
+        clamp = _traced(_clamp, torch.randn(n, 2 * f, dtype=torch.bfloat16, requires_grad=True))
+        bias = _traced(_bias, torch.randn(n, h, dtype=torch.bfloat16, requires_grad=True),
+                       torch.randn(experts, h, dtype=torch.bfloat16, requires_grad=True),
+                       torch.rand(n, 1, requires_grad=True), [n // experts] * experts)
+    for way in ("forward", "backward"):
+        per, kernels = CLAMP[way]
+        assert clamp[way][0] == pytest.approx(per * n * 2 * f, rel=0.01) and clamp[way][1] == kernels, clamp
+        per, per_expert, more = EXPERT_BIAS[way]
+        assert bias[way][0] == pytest.approx(per * n * h, rel=0.01), bias
+        assert bias[way][1] == per_expert * experts + more, bias
+
+
+def test_megatron_costs_them_where_its_kernels_do_not_fuse_them():
+    """gpt-oss under Megatron's grouped experts pays both; under Transformer Engine's fused grouped
+    MLP (experts="fused") or torch.compile neither; a model without a clamp or biases neither."""
+    model = model_from_name("gpt-oss-120b")
+    par = ParallelConfig(dp=8, ep=8, mbs=1, gbs=8, seq=4096, framework="megatron")
+    tokens = 4096
+    nbytes, kernels = glu_extras(model, par, tokens, "forward")
+    e = model.moe
+    assert nbytes == CLAMP["forward"][0] * tokens * 2 * e.top_k * e.expert_ffn + \
+        EXPERT_BIAS["forward"][0] * tokens * e.top_k * model.hidden
+    assert kernels == CLAMP["forward"][1] + EXPERT_BIAS["forward"][1] * 16 + EXPERT_BIAS["forward"][2]
+    from dataclasses import replace
+    assert glu_extras(model, replace(par, experts="fused"), tokens, "forward") == (0.0, 0)
+    assert glu_extras(model, replace(par, framework="fsdp2", compile=True, zero=3), tokens, "forward") == (0.0, 0)
+    plain = replace(model, glu_limit=0.0, bias=False)
+    assert glu_extras(plain, par, tokens, "backward") == (0.0, 0)
+    with_extras = layer_bytes(model, par, True, tokens)["forward"][0]
+    assert with_extras - layer_bytes(plain, par, True, tokens)["forward"][0] == pytest.approx(nbytes, rel=0.02)
+    assert glu_extras(types.SimpleNamespace(moe=None, glu_limit=7.0, bias=True, mlp="swiglu"), par, tokens,
+                      "forward") == (0.0, 0)
