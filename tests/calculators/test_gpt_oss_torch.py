@@ -14,32 +14,11 @@ import types
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from calculators.specs.parallel import ParallelConfig
 from calculators.specs.presets import model_from_name
 from calculators.time.elementwise import CLAMP, EXPERT_BIAS, glu_extras, layer_bytes
-
-_FREE = ("aten::empty_like", "aten::expand", "aten::view", "aten::detach", "aten::ones_like", "aten::empty",
-         "aten::empty_strided", "aten::new_empty_strided")
-
-
-class _Bytes(TorchDispatchMode):
-    """Bytes every kernel reads and writes (views and allocations left out), and the kernels."""
-
-    def __init__(self):
-        super().__init__()
-        self.bytes, self.kernels = 0, 0
-
-    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func._schema.name
-        if not func.is_view and not name.startswith("prim::") and name not in _FREE:
-            leaves = torch.utils._pytree.tree_leaves((args, kwargs, out))
-            nbytes = sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
-            self.bytes += nbytes
-            self.kernels += nbytes > 0
-        return out
+from tests.calculators.reference_eager import _Bytes        # bytes every non-matmul kernel reads and writes
 
 
 def _traced(forward, *inputs):
