@@ -201,7 +201,7 @@ def _read_upload(path):
 
 def which_model(v: dict, model=None) -> str:
     """'From the pasted config.json ...' when one replaces the preset (with what the reading notes of
-    `model`, the model it gave: sliding-window attention costed as full), else ''."""
+    `model`, the model it gave: its sliding-window or chunked layers), else ''."""
     text = v.get("config")
     if isinstance(text, str) and text.strip():
         note = getattr(model, "source", "").partition("; ")[2]
