@@ -53,11 +53,14 @@ GELU = {"forward": 4, "backward": 8}
 # where's and the cat's gradient.
 CLAMP = {"forward": (8, 3), "backward": (15, 9)}
 # Megatron's grouped experts with biases (gpt-oss: bias) add the second GEMM's bias outside it, per
-# local expert: its rows plus the bias times the routing probability, in fp32 (the probabilities'
-# dtype), concatenated and cast back (moe/experts.py, TEGroupedMLP._apply_bias, the unpacked path).
-# (bytes per element of that GEMM's output, hidden a routed copy, kernels per local expert, kernels
-# more), from the same trace; Transformer Engine's fused grouped MLP adds both biases in its GEMMs.
-EXPERT_BIAS = {"forward": (28, 2, 2), "backward": (40, 6, 4)}
+# local expert: its rows plus the bias times the routing probability, concatenated (moe/experts.py,
+# TEGroupedMLP._apply_bias, the unpacked path). The probabilities are the router's dtype, its input's
+# (bf16) unless --moe-router-dtype says fp32, but DeepEP and HybridEP take them in fp32
+# (token_dispatcher.py): then the sum is fp32 and cast back. (bytes per element of that GEMM's
+# output, hidden a routed copy, kernels per local expert, kernels more), from the same trace;
+# Transformer Engine's fused grouped MLP adds both biases in its GEMMs.
+EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
+               "fp32": {"forward": (28, 2, 2), "backward": (40, 6, 4)}}
 
 
 def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
@@ -69,7 +72,7 @@ def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -
         per, k = CLAMP[way]
         nbytes, kernels = per * tokens * 2 * e.top_k * e.expert_ffn / par.etp, k
     if e is not None and model.bias and par.framework == "megatron" and not fused:
-        per, k_expert, k = EXPERT_BIAS[way]
+        per, k_expert, k = EXPERT_BIAS["fp32" if par.dispatcher in ("deepep", "hybridep") else "bf16"][way]
         nbytes += per * tokens * e.top_k * model.hidden
         kernels += k_expert * max(1, e.experts // par.ep) + k
     return nbytes, kernels

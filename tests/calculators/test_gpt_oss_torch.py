@@ -5,9 +5,9 @@ writes, against calculators.time.elementwise's CLAMP and EXPERT_BIAS.
 - the clamp of the GLU's input: its gate half clamped from above, its linear half on both sides,
   the two concatenated again (Megatron-Core's clamp_value path runs these eagerly before its
   compiled GLU);
-- the second bias: per local expert, its rows plus the bias times each row's routing probability
-  (fp32, as the router's probabilities are), concatenated and cast back to bf16 (TEGroupedMLP's
-  unpacked bias path).
+- the second bias: per local expert, its rows plus the bias times each row's routing probability,
+  concatenated (TEGroupedMLP's unpacked bias path); in fp32 and cast back where the probabilities
+  are fp32.
 Written here from the operations those paths perform, not copied."""
 import types
 
@@ -39,17 +39,21 @@ def _bias(rows, bias, probs, counts):
     return torch.cat([r + b * p for r, b, p in parts]).to(torch.bfloat16)
 
 
-def test_the_clamp_and_the_bias_move_the_counted_bytes():
+@pytest.mark.parametrize("probs", ["bf16", "fp32"])
+def test_the_clamp_and_the_bias_move_the_counted_bytes(probs):
+    """The bias's sum in the probabilities' dtype: bf16 as Megatron's router gives them by default,
+    fp32 as DeepEP and HybridEP take them (then cast back to bf16)."""
     n, h, f, experts = 4096, 256, 128, 4
     with FakeTensorMode():
         clamp = _traced(_clamp, torch.randn(n, 2 * f, dtype=torch.bfloat16, requires_grad=True))
         bias = _traced(_bias, torch.randn(n, h, dtype=torch.bfloat16, requires_grad=True),
                        torch.randn(experts, h, dtype=torch.bfloat16, requires_grad=True),
-                       torch.rand(n, 1, requires_grad=True), [n // experts] * experts)
+                       torch.rand(n, 1, dtype=getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[probs]),
+                                  requires_grad=True), [n // experts] * experts)
     for way in ("forward", "backward"):
         per, kernels = CLAMP[way]
         assert clamp[way][0] == pytest.approx(per * n * 2 * f, rel=0.01) and clamp[way][1] == kernels, clamp
-        per, per_expert, more = EXPERT_BIAS[way]
+        per, per_expert, more = EXPERT_BIAS[probs][way]
         assert bias[way][0] == pytest.approx(per * n * h, rel=0.01), bias
         assert bias[way][1] == per_expert * experts + more, bias
 
@@ -63,9 +67,11 @@ def test_megatron_costs_them_where_its_kernels_do_not_fuse_them():
     nbytes, kernels = glu_extras(model, par, tokens, "forward")
     e = model.moe
     assert nbytes == CLAMP["forward"][0] * tokens * 2 * e.top_k * e.expert_ffn + \
-        EXPERT_BIAS["forward"][0] * tokens * e.top_k * model.hidden
-    assert kernels == CLAMP["forward"][1] + EXPERT_BIAS["forward"][1] * 16 + EXPERT_BIAS["forward"][2]
+        EXPERT_BIAS["bf16"]["forward"][0] * tokens * e.top_k * model.hidden
+    assert kernels == CLAMP["forward"][1] + EXPERT_BIAS["bf16"]["forward"][1] * 16 + EXPERT_BIAS["bf16"]["forward"][2]
     from dataclasses import replace
+    hybridep = glu_extras(model, replace(par, dispatcher="hybridep"), tokens, "forward")[0]
+    assert hybridep - nbytes == (28 - 12) * tokens * e.top_k * model.hidden
     assert glu_extras(model, replace(par, experts="fused"), tokens, "forward") == (0.0, 0)
     assert glu_extras(model, replace(par, framework="fsdp2", compile=True, zero=3), tokens, "forward") == (0.0, 0)
     plain = replace(model, glu_limit=0.0, bias=False)
