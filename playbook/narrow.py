@@ -27,7 +27,7 @@ window.pbNarrow = () => {
     if (width >= NARROW) return;
     const upd = {}, wide = {}, lg = lay.legend || {}, m = full.margin || {};
     let tall = lay.height || full.height || 420, top = m.t || 60;
-    const below = m.b || 80;
+    const below = m.b || 80;                              // the server's room under the plot
     const side = lg.orientation === "v" && lg.x >= 1;
     if (side) {
       Object.assign(wide, {legend: JSON.parse(JSON.stringify(lg)), "margin.r": m.r, "margin.b": below});
@@ -51,7 +51,8 @@ window.pbNarrow = () => {
     }
     if (!Object.keys(upd).length) return;
     wide.height = lay.height || full.height;
-    if (lay.yaxis && lay.yaxis.scaleanchor === "x")      // a square plot: as tall as the page lets it be wide
+    const square = lay.yaxis && lay.yaxis.scaleanchor === "x";
+    if (square)                                          // as tall as the page lets it be wide
       tall = Math.min(tall, top + below + width - (m.l || 55) - 20);
     // width and height both set, so Plotly's resize leaves the figure as sized here; the legend's
     // rows are measured once drawn under the plot, and the figure grows by them
@@ -59,10 +60,16 @@ window.pbNarrow = () => {
     el.pbWidth = width;
     el.pbWide = wide;
     P.relayout(el, Object.assign(upd, {width: width, height: tall})).then(() => {
-      const g = side && el.querySelector("g.legend");
-      if (g && el.pbLayout === el.layout) {
-        const h = g.getBoundingClientRect().height + 10;
-        P.relayout(el, {"margin.b": below + h, height: tall + h, width: width});
+      const bg = side && el.querySelector("g.legend rect.bg"), size = el._fullLayout._size;
+      if (bg && size && el.pbLayout === el.layout) {
+        // under the plot, at the height it had: its x-axis's ticks and title, 10 px, the legend's
+        // rows as drawn; a square plot no taller than it is drawn wide (no blank band around it)
+        const top0 = el.getBoundingClientRect().top, plot = size.t + size.h, high = tall - top - below;
+        const axis = Array.from(el.querySelectorAll(".xtitle, .xtick")).reduce(
+          (low, e) => Math.max(low, e.getBoundingClientRect().bottom - top0), plot) - plot;
+        const b = axis + 10 + bg.getBBox().height + 4;
+        const plotH = square ? Math.min(high, size.w) : high;   // the plot's height before the legend came under it
+        P.relayout(el, {"margin.b": b, height: top + plotH + b, width: width});
       }
     });
   });
