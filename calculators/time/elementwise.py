@@ -63,15 +63,26 @@ EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
                "fp32": {"forward": (28, 2, 2), "backward": (40, 6, 4)}}
 
 
+def _fused_experts(par: ParallelConfig) -> bool:
+    """Whether the experts' element-wise work runs inside fused kernels (torch.compile, or
+    Transformer Engine's fused grouped MLP)."""
+    return par.compile or par.experts == "fused"
+
+
+def eager_clamp(model: ModelSpec, par: ParallelConfig) -> bool:
+    """Whether the experts' GLU clamps its input in eager passes of its own (CLAMP)."""
+    return model.moe is not None and model.glu_limit > 0 and model.mlp == "swiglu" and not _fused_experts(par)
+
+
 def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
     """(bytes, kernels) an MoE layer's clamped GLU and Megatron's unfused expert bias add, for
     `tokens` tokens of a micro-batch on one GPU, "forward" or "backward"."""
-    e, fused = model.moe, par.compile or par.experts == "fused"
+    e = model.moe
     nbytes, kernels = 0.0, 0
-    if e is not None and model.glu_limit > 0 and model.mlp == "swiglu" and not fused:
+    if eager_clamp(model, par):
         per, k = CLAMP[way]
         nbytes, kernels = per * tokens * 2 * e.top_k * e.expert_ffn / par.etp, k
-    if e is not None and model.bias and par.framework == "megatron" and not fused:
+    if e is not None and model.bias and par.framework == "megatron" and not _fused_experts(par):
         per, k_expert, k = EXPERT_BIAS["fp32" if par.dispatcher in ("deepep", "hybridep") else "bf16"][way]
         nbytes += per * tokens * e.top_k * model.hidden
         kernels += k_expert * max(1, e.experts // par.ep) + k
