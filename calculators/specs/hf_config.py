@@ -273,8 +273,8 @@ def _llama_like(f: _Fields, kind: str) -> dict:
                               top_k=f.need(E["top_k"], "num_experts_per_tok", "experts_per_token"),
                               expert_ffn=f.need(E["expert_ffn"], "intermediate_size"),
                               shared_experts=1 if shared else 0, shared_ffn=shared)
-        if kind == "gpt_oss":                      # biases on the attention, the experts and the router
-            args["bias"], args["qkv_bias"] = True, False
+        if kind == "gpt_oss":      # biases on the attention, the experts and the router; a sink logit per head
+            args["bias"], args["qkv_bias"], args["sinks"] = True, False, True
             limit = f.cfg.get("swiglu_limit", 7.0)     # its GLU's clamp (GptOssConfig's default)
             number(f.problems, "config.json swiglu_limit", 0.0 if limit is None else limit, *limits.MODEL["glu_limit"])
             args["glu_limit"] = float(limit or 0.0) if not f.problems else 0.0

@@ -106,6 +106,8 @@ class ModelSpec:
                                  # attention), not a span sliding with each token
     glu_limit: float = 0.0       # the GLU's halves clamped to this before the activation (gpt-oss's
                                  # swiglu_limit, 7); 0: no clamp
+    sinks: bool = False          # a learned logit per head joins each softmax's denominator (gpt-oss's
+                                 # attention sinks; Transformer Engine's softmax_type "learnable")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"
@@ -113,7 +115,7 @@ class ModelSpec:
 
     def __post_init__(self):
         p = check_fields(self, "model", limits.MODEL, flags=("tied_embeddings", "bias", "qkv_bias", "qk_norm",
-                                                                        "chunked"),
+                                                                        "chunked", "sinks"),
                          choices={"mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm")}, texts=("name",))
         for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
             if getattr(self, key) is not None and not isinstance(getattr(self, key), cls):
@@ -206,10 +208,10 @@ class ModelSpec:
     def norm_params(self) -> int:  # one norm over h
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
-    def layer_norm_params(self) -> int:
+    def layer_norm_params(self) -> int:    # the norms' weights, and the attention's sink logits
         qk = 2 * (self.mla.qk_nope_dim + self.mla.qk_rope_dim if self.mla else self.head_dim) if self.qk_norm else 0
         mla = (self.mla.q_lora_rank + self.mla.kv_lora_rank) if self.mla else 0
-        return 2 * self.norm_params + qk + mla
+        return 2 * self.norm_params + qk + mla + (self.heads if self.sinks else 0)
 
     def layer_params(self, i: int) -> int:
         mm = self.layer_matmuls(self.is_moe_layer(i))

@@ -40,13 +40,13 @@ _MODELS: dict[str, dict] = {
                                     v_head_dim=128),
                         source=HF.format("deepseek-ai/DeepSeek-V3")),
     # gpt-oss: every other layer (the first included) attends within 128 tokens; attention, experts
-    # and router carry biases; OpenAI's active count leaves out the input embedding
+    # and router carry biases; each head has a sink logit; OpenAI's active count leaves out the input embedding
     "gpt-oss-120b": dict(layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-                         bias=True, window=128, window_layers=18, glu_limit=7.0,
+                         bias=True, window=128, window_layers=18, glu_limit=7.0, sinks=True,
                          moe=MoESpec(experts=128, top_k=4, expert_ffn=2880),
                          source=HF.format("openai/gpt-oss-120b")),
     "gpt-oss-20b": dict(layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-                        bias=True, window=128, window_layers=12, glu_limit=7.0,
+                        bias=True, window=128, window_layers=12, glu_limit=7.0, sinks=True,
                         moe=MoESpec(experts=32, top_k=4, expert_ffn=2880),
                         source=HF.format("openai/gpt-oss-20b")),
     # Llama 4: one shared expert beside the routed one in every MoE layer; three layers in four (those

@@ -88,12 +88,47 @@ softmax needs did not, so each kernel family moves on its own.
 - GB300 (Blackwell Ultra, twice the exponential rate): its own cuDNN 9.22 rows from the same
   benchmark (results/llama3.1/gb300: 1.18 times GB200's forward at 8k, 1.08 backward), and
   FlashAttention-2 at 399.7 TFLOP/s in Azure's guide (1.22 times H100's).
+
+Windowed layers (a sliding window of W keys shorter than the sequence: Mistral, Gemma, gpt-oss). A
+flash kernel runs each tile of 128 queries against the W/128 + 1 key tiles its band crosses (the two
+at its ends partly masked), and each query tile pays a fixed cost (loading its queries, the
+softmax's last rescaling, writing its output and log-sum-exp; backward, its dQ) worth k key tiles.
+Over the pairs it attends to (W per query, flops.py), its rate is the kernel's causal rate at its
+longest measured length times (W/128) / (k + W/128 + 1). k is fitted on our own H200 measurement of
+cuDNN 9.19 through cudnn-frontend, Transformer Engine's path (benchmarks/sessions/window_attention.py,
+validation/data/h100_harness/window_attention_h200.jsonl): windows of 128 to 4,096 at 4k, 8k and 32k
+tokens, head dim 64 (64 query and 8 kv heads, gpt-oss's) and 128, each over the same path's causal
+rate at 32k: 1.58 forward (rms 6%, worst 13%), 2.84 backward (rms 1.7%, worst 5%). So at gpt-oss's
+128 tokens cuDNN runs at 0.28 of its causal rate forward and 0.21 backward: those layers take four to
+five times what their FLOPs take at the causal rate. Checked on a kernel it was not fitted on:
+PyTorch's FlexAttention (torchtitan's windowed attention) on the same GPU runs 4 to 16% slower than
+the form at windows 128 and 1,024. Blackwell: k from cudnn-frontend's gpt-oss benchmark on a GB200
+with cuDNN 9.22 (results/gpt_oss/gb200, window 128, head dim 64, median of 4k to 16k, non-deterministic
+backward as Transformer Engine allows by default; the 32k forward, 2.6 ms where 16k took 0.8, is
+left out), over the GB200 table's causal rate at 32k and head dim 64: 5.05 forward, 2.70 backward,
+the forward's fixed cost three times Hopper's in key tiles (the tensor cores doubled, the per-tile
+softmax and memory work did not), the backward's alike. On a GB300 (results/gpt_oss/gb300) they come
+out 15% too fast, forward and backward (its table's causal rate grew more than its window rate). Only
+W = 128 is measured on Blackwell: how the rate grows with W is the tile count's. Other GPUs take
+Hopper's k. Chunked layers (Llama 4) are causal attention over sequences of the chunk's length: the
+causal rate at that length.
+
+Attention sinks (gpt-oss: a learned logit per head joins each softmax's denominator; Transformer
+Engine runs them on its cuDNN backend only, softmax_type "learnable"). On our H200, cuDNN 9.19's
+forward takes the same time with them, and its backward 1.72 ns more per query token per head (1.56
+to 1.91 over windows of 128 and causal, head dims 64 and 128, 4k to 32k tokens, each against the
+same case without sinks in the same call: validation/data/h100_harness/window_attention_sink_h200.jsonl),
+whatever the window or head dim: a cost per query row and head, not per FLOP, as the sink's gradient
+is a sum over every query row of its head. At gpt-oss's shapes that nearly triples the windowed
+layers' backward (1.97 to 5.62 ms for 32k tokens) and adds 44% to a full layer's at 4k. Costed for
+cuDNN on every GPU (measured on Hopper only); other kernels' sinks (torchtitan's FlexAttention) are
+not costed.
 """
 from __future__ import annotations
 
 import math
 
-from .flops import attention_flops
+from .flops import attention_flops_by_layer
 from ..specs.hardware import BLACKWELL, GPU_PRESETS, HOPPER, GPUSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig
@@ -143,6 +178,18 @@ BLACKWELL_CUDNN_2025 = {"B200": (B200_CUDNN_2025, GPU_PRESETS["B200"].bf16_tflop
                         "GB300": (GB300_CUDNN_2025, GPU_PRESETS["GB300"].bf16_tflops, GB300_FA2_FRACTION)}
 # a kernel release costed with its family's H100 table and head-dim scaling
 FAMILY = {"cudnn-2025": "cudnn"}
+
+
+WINDOW_TILE = 128                                      # queries and keys per tile of a windowed layer
+WINDOW_COST = {"hopper": (1.58, 2.84), "blackwell": (5.05, 2.70)}   # a query tile's fixed cost in key tiles
+SINK_BACKWARD = 1.72e-9                                # s per query token per head, cuDNN's backward with sinks
+
+
+def window_fraction(window: float, gpu_name: str) -> tuple[float, float]:
+    """(forward, backward) rate of a layer attending within `window` keys, as a fraction of the
+    kernel's causal rate at its longest measured length (docstring: Windowed layers)."""
+    n = window / WINDOW_TILE
+    return tuple(n / (k + n + 1) for k in WINDOW_COST["blackwell" if gpu_name in BLACKWELL else "hopper"])
 
 
 def _at(values: tuple, seq: float) -> float:
@@ -219,13 +266,26 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
         tables, default = (BLACKWELL_CUDNN_2025, "B200") if kernel == "cudnn-2025" else (BLACKWELL_CUDNN, "GB200")
         table, peak, fa2 = tables.get(gpu.name, tables[default])
         scale = gpu.bf16_tflops / peak * profile.attention_fraction / fa2 * 1e12
-    flops = par.mbs * par.seq / par.cp * attention_flops(model, par.seq, causal=True) / par.tp
+    full, local = attention_flops_by_layer(model, par.seq, causal=True)
+    flops = par.mbs * par.seq / par.cp * full / par.tp
+    share = par.mbs * par.seq / par.cp / par.tp                 # this GPU's queries times its heads' share
     head_dim = model.q_dim / model.heads
     if par.cp == 1:
         fwd, bwd = rates(kernel, par.seq, head_dim, table=table)
-        return flops / (fwd * scale), 2.5 * flops / (bwd * scale)
-    chunk = par.seq / (2 * par.cp)
-    (cf, cb), (ff, fb) = rates(kernel, chunk, head_dim, table=table), rates(kernel, chunk, head_dim, False, table)
-    masked = 1 / par.cp
-    return (flops * (masked / cf + (1 - masked) / ff) / scale,
-            2.5 * flops * (masked / cb + (1 - masked) / fb) / scale)
+        times = flops / (fwd * scale), 2.5 * flops / (bwd * scale)
+    else:
+        chunk = par.seq / (2 * par.cp)
+        (cf, cb), (ff, fb) = rates(kernel, chunk, head_dim, table=table), rates(kernel, chunk, head_dim, False, table)
+        masked = 1 / par.cp
+        times = (flops * (masked / cf + (1 - masked) / ff) / scale,
+                 2.5 * flops * (masked / cb + (1 - masked) / fb) / scale)
+    if local:
+        if model.chunked:
+            lf, lb = rates(kernel, model.window, head_dim, table=table)
+        else:
+            plateau = rates(kernel, SEQS[-1], head_dim, table=table)
+            lf, lb = (p * f for p, f in zip(plateau, window_fraction(model.window, gpu.name)))
+        times = times[0] + share * local / (lf * scale), times[1] + 2.5 * share * local / (lb * scale)
+    if model.sinks and kernel in ("cudnn", "cudnn-2025"):
+        times = times[0], times[1] + SINK_BACKWARD * share * model.heads
+    return times

@@ -30,6 +30,12 @@ def attention_flops(model: ModelSpec, seq: int, causal: bool = True) -> float:
     FlashAttention's local attention computes, where it skips the blocks outside the window; on a
     chunked layer (Llama 4), to the tokens before it in its own block of w: the mean of
     ((i - 1) mod w) + 1, about w/2."""
+    return sum(attention_flops_by_layer(model, seq, causal))
+
+
+def attention_flops_by_layer(model: ModelSpec, seq: int, causal: bool = True) -> tuple[float, float]:
+    """attention_flops in two shares: (the layers attending to the whole sequence, the windowed
+    or chunked layers); the second is 0 without a window shorter than the sequence."""
     d_qk = model.q_dim // model.heads
     d_v = model.attn_out_dim // model.heads
     context = seq / 2 if causal else seq
@@ -38,8 +44,9 @@ def attention_flops(model: ModelSpec, seq: int, causal: bool = True) -> float:
         blocks, rest = divmod(seq, w)
         near = (blocks * w * (w + 1) / 2 + rest * (rest + 1) / 2) / seq if model.chunked else \
             w - w * (w - 1) / (2 * seq)
-        context = ((model.layers - local) * context + local * near) / model.layers
-    return 2.0 * model.heads * context * (d_qk + d_v)
+        return (2.0 * model.heads * ((model.layers - local) * context / model.layers) * (d_qk + d_v),
+                2.0 * model.heads * (local * near / model.layers) * (d_qk + d_v))
+    return 2.0 * model.heads * context * (d_qk + d_v), 0.0
 
 
 def forward_flops_per_token(model: ModelSpec, seq: int, causal: bool = True) -> float:

@@ -1,5 +1,6 @@
 """Presets against published parameter counts; config.json import."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -167,11 +168,13 @@ def test_gpt_oss_config():
     """OpenAI's model card splits gpt-oss-120b into 114.71B of MLP, 0.96B of attention and 1.16B of
     embedding and unembedding: 116.83B, of which 5.13B are active per token, counting the unembedding
     but not the embedding. Every other layer attends within a window of 128 tokens, the first one
-    included; the attention, the experts and the router carry biases."""
+    included; the attention, the experts and the router carry biases, and each head a sink logit
+    (GptOssAttention's `sinks`, one per head and layer)."""
     m = from_hf_config(json.dumps(GPT_OSS_120B))
     assert m.total_params == pytest.approx(116.83e9, rel=0.001)
     assert m.active_params - m.embedding_params == pytest.approx(5.13e9, rel=0.005)
-    assert (m.window, m.window_layers, m.chunked, m.bias, m.moe.top_k) == (128, 18, False, True, 4)
+    assert (m.window, m.window_layers, m.chunked, m.bias, m.moe.top_k, m.sinks) == (128, 18, False, True, 4, True)
+    assert m.total_params - replace(m, sinks=False).total_params == 36 * 64
     small = {**GPT_OSS_120B, "num_hidden_layers": 24, "num_local_experts": 32}      # gpt-oss-20b: 20.91B, 3.61B
     m = from_hf_config(json.dumps(small))
     assert m.total_params == pytest.approx(20.91e9, rel=0.001)

@@ -1,0 +1,123 @@
+"""Windowed layers and attention sinks against our own H200 measurement of cuDNN 9.19 through
+cudnn-frontend (benchmarks/sessions/window_attention.py), and cudnn-frontend's published Blackwell rows."""
+import json
+import pathlib
+import statistics
+
+import pytest
+
+from calculators.specs.hardware import gpu_from_name
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import ParallelConfig
+from calculators.time import attention
+from calculators.time.flops import attention_flops, attention_flops_by_layer
+from calculators.time.profiles import default_profile
+
+DATA = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness"
+
+
+def _rows(name):
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if '"kernel"' in line]
+
+
+def _plateaus(rows):
+    """(kernel, head dim) -> the same path's causal (forward, backward) TFLOP/s at 32k tokens."""
+    return {(r["kernel"], r["head_dim"]): (r["fwd_tflops"], r["bwd_tflops"]) for r in rows
+            if r["window"] is None and r["seq"] == 32768}
+
+
+def test_the_checks_before_timing_held():
+    """Each timed kernel computed the band it was asked for: within bf16's error of a float32
+    reference, and told apart from a band one key wider (and, with sinks, from none)."""
+    for name in ("window_attention_h200.jsonl", "window_attention_sink_h200.jsonl"):
+        checks = [json.loads(line) for line in (DATA / name).read_text().splitlines() if '"check"' in line]
+        assert checks
+        for c in checks:
+            errs = c["rel_err"]
+            assert max(errs[k] for k in ("o", "dq", "dk", "dv")) < 5e-3, c
+            assert errs.get("o_if_one_key_more", errs.get("o_without_sink")) > 0.05, c
+
+
+@pytest.mark.parametrize("kernel, tolerance", [("cudnn", (0.14, 0.05)),     # fitted on these
+                                               ("flex", (0.20, 0.10))])     # not fitted on these
+def test_a_windowed_layer_runs_at_the_tile_counts_fraction_of_the_causal_rate(kernel, tolerance):
+    rows = _rows("window_attention_h200.jsonl")
+    plateau = _plateaus(rows)
+    windowed = [r for r in rows if r["kernel"] == kernel and r["window"]]
+    assert len(windowed) >= (34 if kernel == "cudnn" else 4)
+    for r in windowed:
+        fractions = attention.window_fraction(r["window"], "H200-141GB")
+        for i, way in enumerate(("fwd", "bwd")):
+            predicted = plateau[kernel, r["head_dim"]][i] * fractions[i]
+            assert abs(r[f"{way}_tflops"] / predicted - 1) < tolerance[i], (r, way, predicted)
+    # the narrowest window is far from the causal rate it used to be costed at
+    forward, backward = attention.window_fraction(128, "H100-80GB")
+    assert forward < 0.3 and backward < 0.22
+
+
+def test_the_measured_gpt_oss_layer_is_timed():
+    """One windowed layer of the measured shape (64 query and 8 kv heads of 64, window 128, 32k
+    tokens a call) on an H200: the calculators' time against the measured one, and with sinks."""
+    rows = {(r["kernel"], r["head_dim"], r["seq"], r["window"]): r for r in _rows("window_attention_sink_h200.jsonl")}
+    gpu = gpu_from_name("H200-141GB")
+    par = ParallelConfig(mbs=8, seq=4096)
+    for sinks, kernel in ((False, "cudnn"), (True, "cudnn-sink")):
+        layer = ModelSpec(layers=1, hidden=4096, heads=64, kv_heads=8, head_dim=64, ffn=1024, vocab=1024,
+                          window=128, window_layers=1, sinks=sinks)
+        fwd, bwd = attention.attention_time(layer, par, "cudnn", gpu, default_profile(gpu.name))
+        measured = rows[kernel, 64, 4096, 128]
+        assert fwd == pytest.approx(measured["fwd_s"], rel=0.15)
+        assert bwd == pytest.approx(measured["bwd_s"], rel=0.15)
+
+
+def test_sinks_cost_the_backward_a_fixed_time_per_query_token_and_head():
+    rows = _rows("window_attention_sink_h200.jsonl")
+    base = {(r["head_dim"], r["seq"], r["window"]): r for r in rows if r["kernel"] == "cudnn"}
+    extra = []
+    for r in (r for r in rows if r["kernel"] == "cudnn-sink"):
+        b = base[r["head_dim"], r["seq"], r["window"]]
+        assert r["fwd_s"] < 1.05 * b["fwd_s"]                                # the forward is no slower
+        extra.append((r["bwd_s"] - b["bwd_s"]) / (32768 * r["heads"]))
+    assert len(extra) == 6
+    assert statistics.median(extra) == pytest.approx(attention.SINK_BACKWARD, rel=0.02)
+    assert all(abs(e / attention.SINK_BACKWARD - 1) < 0.12 for e in extra)
+    # only the kernel that runs them pays: the PyTorch-native stacks' FA2 has no sinks to cost
+    gpu, par = gpu_from_name("H100-80GB"), ParallelConfig(mbs=2, seq=8192, tp=2)
+    plain = ModelSpec(layers=2, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=1024)
+    sunk = ModelSpec(layers=2, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=1024, sinks=True)
+    prof = default_profile(gpu.name)
+    (f0, b0), (f1, b1) = (attention.attention_time(m, par, "cudnn", gpu, prof) for m in (plain, sunk))
+    assert f1 == f0 and b1 - b0 == pytest.approx(attention.SINK_BACKWARD * 2 * 8192 * 64 / 2)
+    assert attention.attention_time(sunk, par, "fa2", gpu, prof) == attention.attention_time(plain, par, "fa2", gpu,
+                                                                                              prof)
+
+
+def test_blackwells_window_cost_is_gb200s_and_holds_on_gb300():
+    """cudnn-frontend's gpt-oss benchmark (results/gpt_oss/gb200 and gb300, cuDNN 9.22, window 128,
+    head dim 64, 4k to 16k tokens, median): GB200 forward 165, backward 187 TFLOP/s (fitted);
+    GB300 172 and 198 (not fitted)."""
+    head = attention._head_scale("cudnn", 64)
+    for table, measured, tolerance in ((attention.GB200_CUDNN, (165, 187), 0.03),
+                                       (attention.GB300_CUDNN, (172, 198), 0.17)):
+        plateau = attention.rates("cudnn", 32768, 64, table=table)
+        assert plateau[0] == pytest.approx(table["causal"][-1] * head)
+        for rate, got in zip((p * f for p, f in zip(plateau, attention.window_fraction(128, "GB200"))), measured):
+            assert abs(rate / got - 1) < tolerance, (rate, got)
+
+
+def test_only_windows_shorter_than_the_sequence_and_chunks_change_the_time():
+    gpu = gpu_from_name("H100-80GB")
+    prof = default_profile(gpu.name)
+    base = dict(layers=4, hidden=4096, heads=32, kv_heads=8, ffn=1024, vocab=1024)
+    par = ParallelConfig(mbs=1, seq=4096)
+    full = attention.attention_time(ModelSpec(**base), par, "cudnn", gpu, prof)
+    assert attention.attention_time(ModelSpec(**base, window=4096, window_layers=2), par, "cudnn", gpu, prof) == full
+    # the FLOPs split in two shares that add up to the layers' mean
+    m = ModelSpec(**base, window=1024, window_layers=2)
+    assert sum(attention_flops_by_layer(m, 4096)) == pytest.approx(attention_flops(m, 4096))
+    # a chunked layer is a causal kernel at the chunk's length, its rate the table's there
+    chunked = ModelSpec(**{**base, "layers": 1}, window=1024, window_layers=1, chunked=True)
+    fwd, _ = attention.attention_time(chunked, par, "cudnn", gpu, prof)
+    scale = gpu.bf16_tflops * prof.attention_fraction / attention.ANCHOR * 1e12
+    flops = 4096 * attention_flops(chunked, 4096)
+    assert fwd == pytest.approx(flops / (attention.rates("cudnn", 1024, 128)[0] * scale))
