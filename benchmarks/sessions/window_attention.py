@@ -1,7 +1,7 @@
 """Sliding-window attention on one GPU against the causal kernel it is costed as: the measurement
 behind calculators.time.attention's windowed layers.
 
-    python window_attention.py OUT.jsonl [seconds] [sweep|sink]
+    python window_attention.py OUT.jsonl [seconds] [sweep|sink|flex]
 
 Kernels, each timed forward and backward (CUDA events, median of 5 batches of back-to-back calls
 after a warm-up):
@@ -18,7 +18,9 @@ keys at position i), 2 (d_qk + d_v) per pair per head forward, 2.5 times that ba
 calculators' convention (flops.attention_flops) and cudnn-frontend's benchmark's.
 `sink` times cuDNN with and without gpt-oss's learnable softmax (a per-head sink logit added to each
 softmax's denominator, Transformer Engine's softmax_type "learnable", which only its cuDNN backend
-runs), both in the same call, windowed and causal.
+runs), both in the same call, windowed and causal; its check compares the sink's gradient too.
+`flex` times FlexAttention and the SDPA causal kernel again (the sweep's first version accumulated
+their gradients into .grad, about 1 GB more traffic a backward, and timed that too).
 Before timing, one band case of each kernel is checked against a float32 reference on a slice of
 its heads (forward output and the three gradients).
 """
@@ -76,10 +78,11 @@ def tensors(seq, head_dim, grad=False):
     return q, k, v, do
 
 
-def reference(q, k, v, do, window, sink=None):
-    """Float32 attention over the band on query heads 0-7 and kv head 0 (one GQA group): (o, dq, dk, dv);
-    with `sink` (per query head), each softmax's denominator also holds exp(sink)."""
-    q, k, v = (t[:1, :8 if t.shape[1] > 8 else 1].float().detach().requires_grad_(True) for t in (q, k, v))
+def reference(q, k, v, do, window, sink=None, batches=1):
+    """Float32 attention over the band on query heads 0-7 and kv head 0 (one GQA group) of the first
+    `batches` sequences: (o, dq, dk, dv, dsink); with `sink` (per query head), each softmax's
+    denominator also holds exp(sink), and dsink is its gradient (else None)."""
+    q, k, v = (t[:batches, :8 if t.shape[1] > 8 else 1].float().detach().requires_grad_(True) for t in (q, k, v))
     s = q.shape[2]
     i = torch.arange(s, device="cuda")
     band = (i[:, None] >= i[None, :]) & ((i[:, None] - i[None, :] < window) if window else True)
@@ -87,10 +90,11 @@ def reference(q, k, v, do, window, sink=None):
         o = F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q), attn_mask=band)
     else:
         scores = (q @ k.expand_as(q).transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~band, float("-inf"))
-        sinks = sink[:, :8].float().expand(-1, -1, s, 1)
+        sink = sink[:, :8].float().detach().requires_grad_(True)
+        sinks = sink.expand(batches, -1, s, 1)
         o = torch.softmax(torch.cat([scores, sinks], -1), -1)[..., :-1] @ v.expand_as(q)
-    o.backward(do[:1, :8].float())
-    return o.detach(), q.grad, k.grad, v.grad
+    o.backward(do[:batches, :8].float())
+    return o.detach(), q.grad, k.grad, v.grad, (None if sink is None else sink.grad)
 
 
 def rel(x, ref):
@@ -120,7 +124,8 @@ class Cudnn:
         fwd_sink = bwd_sink = {}
         if self.sink:
             sink = torch.randn(1, q.shape[1], 1, 1, device="cuda", dtype=torch.float32)
-            self.sink_value, dsink = sink, torch.empty_like(sink)
+            self.sink_value, self.dsink_value = sink, torch.empty_like(sink)
+            dsink = self.dsink_value
             fwd_sink = {"sink_token": gf.tensor_like(sink)}
         to, ts = gf.sdpa(q=tq, k=tk, v=tv, generate_stats=True, attn_scale=scale, **band, **fwd_sink)
         to.set_output(True).set_dim(o.size()).set_stride(o.stride())
@@ -173,9 +178,9 @@ class SdpaCudnn:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 box["o"] = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
-        def both():
+        def both():             # the gradients returned, not accumulated into .grad
             fwd()
-            box["o"].backward(do)
+            box["grads"] = torch.autograd.grad(box["o"], (q, k, v), do)
         return fwd, both, (q, k, v, do), None
 
 
@@ -203,28 +208,28 @@ class Flex:
         def fwd():
             box["o"] = self.flex(q, k, v, block_mask=mask, enable_gqa=True)
 
-        def both():
+        def both():             # the gradients returned, not accumulated into .grad
             fwd()
-            box["o"].backward(do)
-        return fwd, both, (q, k, v, do), lambda: (box["o"], q.grad, k.grad, v.grad)
+            box["grads"] = torch.autograd.grad(box["o"], (q, k, v), do)
+        return fwd, both, (q, k, v, do), lambda: (box["o"], *box["grads"])
 
 
 def check(kernel, window=128, seq=4096, head_dim=64):
     fwd, bwd, (q, k, v, do), out = kernel.run(seq, head_dim, window)
-    for t in (q, k, v):
-        t.grad = None
     fwd()
     bwd()
     torch.cuda.synchronize()
     o, dq, dk, dv = out()
-    ref = reference(q, k, v, do, window, getattr(kernel, "sink_value", None) if getattr(kernel, "sink", False)
-                    else None)
-    got = (o[:1, :8], dq[:1, :8], dk[:1, :1], dv[:1, :1])
+    sink = getattr(kernel, "sink", False)
+    nb = q.shape[0] if sink else 1              # the sink's gradient sums over every sequence
+    ref = reference(q, k, v, do, window, kernel.sink_value if sink else None, batches=nb)
+    got = (o[:nb, :8], dq[:nb, :8], dk[:nb, :1], dv[:nb, :1])
     errs = {name: rel(x, r) for name, x, r in zip(("o", "dq", "dk", "dv"), got, ref)}
-    if not getattr(kernel, "sink", False):
+    if not sink:
         errs["o_if_one_key_more"] = rel(got[0], reference(q, k, v, do, window + 1)[0])   # the band's edge, told apart
     else:
-        errs["o_without_sink"] = rel(got[0], reference(q, k, v, do, window)[0])
+        errs["dsink"] = rel(kernel.dsink_value[:, :8], ref[4])
+        errs["o_without_sink"] = rel(got[0], reference(q, k, v, do, window, batches=nb)[0])
     return errs
 
 
@@ -235,7 +240,8 @@ def main(path, seconds, which="sweep"):
     t0 = time.time()
     gpu = torch.cuda.get_device_name(0)
     kernels = []
-    makers = (Cudnn, lambda: Cudnn(sink=True)) if which == "sink" else (Cudnn, SdpaCudnn, Flex)
+    makers = {"sink": (Cudnn, lambda: Cudnn(sink=True)), "flex": (lambda: Cudnn(sink=True), SdpaCudnn, Flex)}.get(
+        which, (Cudnn, SdpaCudnn, Flex))
     for make in makers:
         try:
             kernels.append(make())
@@ -258,6 +264,9 @@ def main(path, seconds, which="sweep"):
                 and (not flex or (hd == 64 and s in (4096, 32768) and w in (128, 1024, None)))]
         if which == "sink":
             plan = [(kn, hd, s, w) for hd, s in SINK_CASES for w in (128, None) for kn in kernels]
+        if which == "flex":      # FlexAttention again, its gradients returned rather than accumulated
+            plan = [(kn, 64, s, w) for s in (4096, 32768) for kn in kernels if kn.name != "cudnn-sink"
+                    for w in ((128, 1024, None) if kn.name == "flex" else (None,))]
         print(f"{len(plan)} cases, {seconds} s")
         for kernel, hd, seq, window in plan:
             if time.time() - t0 > seconds:

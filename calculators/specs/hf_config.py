@@ -18,7 +18,8 @@ other layer, Qwen2 from max_window_layers on where use_sliding_window is set) is
 (flops.attention_flops), as FlashAttention's local attention computes them. Llama 4's chunked
 attention (attention_chunk_size, on the layers with RoPE) is a window with `chunked` set: a token
 attends to the tokens before it in its own chunk.
-gpt-oss's GLU clamps its input at swiglu_limit (the model's `glu_limit`).
+gpt-oss's GLU clamps its input at swiglu_limit (the model's `glu_limit`), and each of its heads has a
+learned sink logit in its softmax (`sinks`, one parameter per head and layer).
 MoE layers: gpt-oss's and MiniMax-M2's experts are intermediate_size wide; Llama 4's too, with one
 shared expert beside them and, between MoE layers when interleave_moe_layer_step > 1, a dense MLP of
 intermediate_size_mlp; GLM-4.5 and Kimi K2 take DeepSeek's fields (GLM-4.5 with GQA, not MLA). The

@@ -93,25 +93,26 @@ Windowed layers (a sliding window of W keys shorter than the sequence: Mistral, 
 flash kernel runs each tile of 128 queries against the W/128 + 1 key tiles its band crosses (the two
 at its ends partly masked), and each query tile pays a fixed cost (loading its queries, the
 softmax's last rescaling, writing its output and log-sum-exp; backward, its dQ) worth k key tiles.
-Over the pairs it attends to (W per query, flops.py), its rate is the kernel's causal rate at its
-longest measured length times (W/128) / (k + W/128 + 1). k is fitted on our own H200 measurement of
-cuDNN 9.19 through cudnn-frontend, Transformer Engine's path (benchmarks/sessions/window_attention.py,
-validation/data/h100_harness/window_attention_h200.jsonl): windows of 128 to 4,096 at 4k, 8k and 32k
-tokens, head dim 64 (64 query and 8 kv heads, gpt-oss's) and 128, each over the same path's causal
-rate at 32k: 1.58 forward (rms 6%, worst 13%), 2.84 backward (rms 1.7%, worst 5%). So at gpt-oss's
-128 tokens cuDNN runs at 0.28 of its causal rate forward and 0.21 backward: those layers take four to
-five times what their FLOPs take at the causal rate. Checked on a kernel it was not fitted on:
-PyTorch's FlexAttention (torchtitan's windowed attention) on the same GPU runs 4 to 16% slower than
-the form at windows 128 and 1,024. Blackwell: k from cudnn-frontend's gpt-oss benchmark on a GB200
-with cuDNN 9.22 (results/gpt_oss/gb200, window 128, head dim 64, median of 4k to 16k, non-deterministic
-backward as Transformer Engine allows by default; the 32k forward, 2.6 ms where 16k took 0.8, is
-left out), over the GB200 table's causal rate at 32k and head dim 64: 5.05 forward, 2.70 backward,
-the forward's fixed cost three times Hopper's in key tiles (the tensor cores doubled, the per-tile
-softmax and memory work did not), the backward's alike. On a GB300 (results/gpt_oss/gb300) they come
-out 15% too fast, forward and backward (its table's causal rate grew more than its window rate). Only
-W = 128 is measured on Blackwell: how the rate grows with W is the tile count's. Other GPUs take
-Hopper's k. Chunked layers (Llama 4) are causal attention over sequences of the chunk's length: the
-causal rate at that length.
+Over the pairs it attends to (W per query, flops.py), its rate is the kernel's causal plateau (the
+best rate along its causal row: long full tiles) times (W/128) / (k + W/128 + 1). k is fitted on our
+own H200 measurement of cuDNN 9.19 through cudnn-frontend, Transformer Engine's path
+(benchmarks/sessions/window_attention.py, validation/data/h100_harness/window_attention_h200.jsonl):
+windows of 128 to 4,096 at 4k, 8k and 32k tokens, head dim 64 (64 query and 8 kv heads, gpt-oss's)
+and 128, each over the same path's causal rate at 32k, its best: 1.58 forward (rms 6%, worst 13%;
+head dim 128 runs up to 13% under the form at windows of 512 and more, 64 up to 4% over), 2.84
+backward (rms 1.7%, worst 5%). So at gpt-oss's 128 tokens cuDNN runs at 0.28 of its causal rate
+forward and 0.21 backward: those layers take 3.6 and 4.8 times what their FLOPs would at the causal
+rate. Checked on a kernel it was not fitted on: PyTorch's FlexAttention (torchtitan's windowed
+attention) on the same GPU, over its own causal rate at 32k, runs 2 to 14% under the form forward
+and within 2% of it backward at windows 128 and 1,024 (window_attention_flex_h200.jsonl). FlashAttention-2 and -3 take cuDNN's Hopper k on every GPU (not measured). cuDNN on Blackwell:
+k from cudnn-frontend's gpt-oss benchmark on a GB200 with cuDNN 9.22 (results/gpt_oss/gb200, window
+128, head dim 64, median of 4k to 16k, non-deterministic backward as Transformer Engine allows by
+default), over the GB200 table's causal plateau at head dim 64: 5.42 forward, 3.11 backward, the
+forward's fixed cost over three times Hopper's in key tiles (the tensor cores doubled, the per-tile
+softmax and memory work did not). On a GB300 (results/gpt_oss/gb300) they come out 10% too fast
+forward and 7% backward. Only W = 128 is measured on Blackwell: how the rate grows with W is the tile
+count's. Other GPUs take Hopper's k. Chunked layers (Llama 4) are causal attention over sequences of
+the chunk's length: the causal rate at that length.
 
 Attention sinks (gpt-oss: a learned logit per head joins each softmax's denominator; Transformer
 Engine runs them on its cuDNN backend only, softmax_type "learnable"). On our H200, cuDNN 9.19's
@@ -181,15 +182,23 @@ FAMILY = {"cudnn-2025": "cudnn"}
 
 
 WINDOW_TILE = 128                                      # queries and keys per tile of a windowed layer
-WINDOW_COST = {"hopper": (1.58, 2.84), "blackwell": (5.05, 2.70)}   # a query tile's fixed cost in key tiles
+WINDOW_COST = {"hopper": (1.58, 2.84), "blackwell": (5.42, 3.11)}   # a query tile's fixed cost in key tiles
 SINK_BACKWARD = 1.72e-9                                # s per query token per head, cuDNN's backward with sinks
 
 
-def window_fraction(window: float, gpu_name: str) -> tuple[float, float]:
+def window_fraction(window: float, gpu_name: str, kernel: str = "cudnn") -> tuple[float, float]:
     """(forward, backward) rate of a layer attending within `window` keys, as a fraction of the
-    kernel's causal rate at its longest measured length (docstring: Windowed layers)."""
+    kernel's causal plateau (docstring: Windowed layers)."""
     n = window / WINDOW_TILE
-    return tuple(n / (k + n + 1) for k in WINDOW_COST["blackwell" if gpu_name in BLACKWELL else "hopper"])
+    family = "blackwell" if gpu_name in BLACKWELL and FAMILY.get(kernel, kernel) == "cudnn" else "hopper"
+    return tuple(n / (k + n + 1) for k in WINDOW_COST[family])
+
+
+def causal_plateau(kernel: str, head_dim: float, table: dict | None = None) -> tuple[float, float]:
+    """(forward, backward) causal rate at the best length of the kernel's rows: the rate a long
+    windowed layer's full key tiles run at."""
+    at = [rates(kernel, s, head_dim, table=table) for s in SEQS]
+    return max(f for f, _ in at), max(b for _, b in at)
 
 
 def _at(values: tuple, seq: float) -> float:
@@ -256,7 +265,10 @@ def kernel_note(kernel: str, gpu_name: str) -> str:
 def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUSpec,
                    profile: HardwareProfile) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's attention core for one micro-batch on one GPU
-    (its heads a/tp, its T = mbs * seq / cp queries against the causal context)."""
+    (its heads a/tp, its T = mbs * seq / cp queries against the causal context), averaged over the
+    layers as flops.attention_flops is: the full layers at the rate for the sequence (for its chunks
+    under CP), the windowed ones at the window's, the chunked ones at the chunk's; with sinks on
+    cuDNN, their backward time beside."""
     table = None
     scale = gpu.bf16_tflops * profile.attention_fraction / ANCHOR * 1e12   # FLOP/s per table TFLOP/s
     kernel = costed_kernel(kernel, gpu.name)
@@ -283,8 +295,8 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
         if model.chunked:
             lf, lb = rates(kernel, model.window, head_dim, table=table)
         else:
-            plateau = rates(kernel, SEQS[-1], head_dim, table=table)
-            lf, lb = (p * f for p, f in zip(plateau, window_fraction(model.window, gpu.name)))
+            plateau = causal_plateau(kernel, head_dim, table)
+            lf, lb = (p * f for p, f in zip(plateau, window_fraction(model.window, gpu.name, kernel)))
         times = times[0] + share * local / (lf * scale), times[1] + 2.5 * share * local / (lb * scale)
     if model.sinks and kernel in ("cudnn", "cudnn-2025"):
         times = times[0], times[1] + SINK_BACKWARD * share * model.heads

@@ -7,8 +7,10 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
   gemm_fraction x d / (d + gemm_half_dim), d the GEMM's smallest dimension, plus the operands'
   and result's HBM time (gemm_time: added, not maxed). Backward runs two GEMMs of the forward's
   size: the input gradient (I) and the weight gradient (W).
-- attention core (FlashAttention): the causal FLOPs (flops.attention_flops) at attention_fraction
-  of the bf16 peak; its backward does 2.5x the forward's FLOPs (it recomputes the scores).
+- attention core (FlashAttention): the causal FLOPs (flops.attention_flops) at the kernel's measured
+  rate for the length and head dim (attention.py; a sliding window's layers at the narrow window's
+  rate, cuDNN's sinks a fixed backward time per query and head); its backward does 2.5x the
+  forward's FLOPs (it recomputes the scores).
 - memory-bound kernels: bytes read and written per token (counted below), backward twice the
   forward's bytes.
 - FP8 speeds up the layers' weight GEMMs only (attention, norms, the output GEMM and the rest stay

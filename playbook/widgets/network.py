@@ -109,8 +109,10 @@ def roof_compute(v: dict):
         points.append((mm.name, flops / nbytes, rate))
     points.append(("RMSNorm", 0.5, gpu.hbm_tbps * prof.hbm_fraction * 0.5))
     points.append(("SwiGLU / residual", 0.33, gpu.hbm_tbps * prof.hbm_fraction * 0.33))
-    hd = model.head_dim
-    ai_attn = (2 * 2 * par.seq * hd / 2) / (2 * 4 * hd)          # causal flops per byte of q, k, v, o
+    # causal FLOPs per byte of q, k, v and o (bf16), over the keys each query sees on average (a
+    # windowed layer's fewer): context / 2 with a head dim of d for all four
+    d_qk, d_v = model.q_dim / model.heads, model.attn_out_dim / model.heads
+    ai_attn = attention_flops(model, par.seq, causal=True) / (model.heads * 2 * (2 * d_qk + 2 * d_v))
     # the time model's attention (layer_time's kernel choice), forward + backward: 3.5x the forward's FLOPs
     kernel = costed_kernel(layout_attention(par, gpu.name), gpu.name)
     attn_flops = T * attention_flops(model, par.seq, causal=True) / par.tp

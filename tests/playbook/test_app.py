@@ -296,6 +296,12 @@ def test_the_rooflines_attention_point_is_the_time_models(gpu, kernel):
     seconds = sum(attention_time(model, par, layout_attention(par, gpu), cluster.gpu, default_profile(gpu)))
     assert point["name"] == f"attention ({kernel})"
     assert point["y"][0] == pytest.approx(3.5 * 8192 * attention_flops(model, 8192, causal=True) / seconds / 1e12)
+    assert point["x"][0] == pytest.approx(8192 / 4)       # causal: seq/2 keys a query: seq/4 FLOPs a byte
+    # a windowed model's point sits at the intensity of the keys its queries see: gpt-oss's half of
+    # layers at 128 keys put it at about half of Llama's (any head dim: context / 2)
+    fig, _ = roof_compute({**v, "model": "gpt-oss-120b"})
+    (point,) = [t for t in fig.data if t["name"].startswith("attention")]
+    assert point["x"][0] == pytest.approx((18 * 4096 + 18 * (128 - 128 * 127 / 16384)) / 36 / 2)
 
 
 def test_the_deferred_page_builds_leave_gradio_as_it_was(demo):

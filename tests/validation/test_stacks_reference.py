@@ -86,8 +86,9 @@ def test_gpt_oss_is_a_named_miss(scored):
     The BF16 runs are now 6 to 38% too fast (median 22%), the MXFP8 ones 12 and 13%. Not costed yet:
     YaRN's rotary embedding, which Megatron does not fuse when its scale is not 1 (0.3 to 0.5 ms a
     layer per micro-batch of 16k tokens on GB200), the MXFP8 runs' FP8 attention, whose backward does
-    not skip the window's masked blocks on Blackwell (cudnn-frontend's gpt-oss benchmark), and sinks
-    on Blackwell, measured on Hopper only. Asserted to still miss, so that this note stays true."""
+    not skip the window's masked blocks on Blackwell (cudnn-frontend's gpt-oss benchmark). The sinks
+    are costed on Blackwell at their Hopper time (not measured there). Asserted to still miss, so
+    that this note stays true."""
     rows = [s for s in scored[0] if s.run.model.name == "gpt-oss-120b"]
     assert len(rows) == 14 and all(s.error > 0.05 for s in rows)
     assert sorted(s.error for s in rows)[len(rows) // 2] > 0.18
