@@ -61,6 +61,16 @@ CLAMP = {"forward": (8, 3), "backward": (15, 9)}
 # Transformer Engine's fused grouped MLP adds both biases in its GEMMs.
 EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
                "fp32": {"forward": (28, 2, 2), "backward": (40, 6, 4)}}
+# Both sequences move their bytes slower than a streaming kernel: their clamps read the strided
+# halves of their input and their products a broadcast bias and probability, and PyTorch runs such
+# operands on its non-vectorized element-wise path (elementwise_kernel<128, 4>: 71% of the clamp's
+# GPU time and half the bias's under torch.profiler). Timed on our H200 at the Megatron-Bridge
+# runs' shapes (benchmarks/sessions/gpt_oss_passes.py, validation/data/h100_harness/
+# gpt_oss_passes_h200.jsonl), each took these multiples of its traced bytes at the streaming rate,
+# (forward, backward): the clamp at 16,384 and 65,536 rows alike (1.81 and 1.77, 2.53 and 2.28), the
+# bias at 65,536 rows over 2 local experts (over 16, 1,024 rows each, its launches set the pace:
+# the kernels' floor). Measured on Hopper only; every GPU takes them.
+EAGER_PACE = {"clamp": (1.79, 2.40), "bf16": (1.38, 2.03), "fp32": (1.47, 1.48)}
 
 
 def _fused_experts(par: ParallelConfig) -> bool:
@@ -76,15 +86,18 @@ def eager_clamp(model: ModelSpec, par: ParallelConfig) -> bool:
 
 def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
     """(bytes, kernels) an MoE layer's clamped GLU and Megatron's unfused expert bias add, for
-    `tokens` tokens of a micro-batch on one GPU, "forward" or "backward"."""
+    `tokens` tokens of a micro-batch on one GPU, "forward" or "backward": the bytes a streaming
+    kernel would move in the time they take (their traced bytes times EAGER_PACE)."""
     e = model.moe
     nbytes, kernels = 0.0, 0
+    i = ("forward", "backward").index(way)
     if eager_clamp(model, par):
         per, k = CLAMP[way]
-        nbytes, kernels = per * tokens * 2 * e.top_k * e.expert_ffn / par.etp, k
+        nbytes, kernels = per * tokens * 2 * e.top_k * e.expert_ffn / par.etp * EAGER_PACE["clamp"][i], k
     if e is not None and model.bias and par.framework == "megatron" and not _fused_experts(par):
-        per, k_expert, k = EXPERT_BIAS["fp32" if par.dispatcher in ("deepep", "hybridep") else "bf16"][way]
-        nbytes += per * tokens * e.top_k * model.hidden
+        dtype = "fp32" if par.dispatcher in ("deepep", "hybridep") else "bf16"
+        per, k_expert, k = EXPERT_BIAS[dtype][way]
+        nbytes += per * tokens * e.top_k * model.hidden * EAGER_PACE[dtype][i]
         kernels += k_expert * max(1, e.experts // par.ep) + k
     return nbytes, kernels
 

@@ -8,16 +8,17 @@ writes, against calculators.time.elementwise's CLAMP and EXPERT_BIAS.
 - the second bias: per local expert, its rows plus the bias times each row's routing probability,
   concatenated (TEGroupedMLP's unpacked bias path); in fp32 and cast back where the probabilities
   are fp32.
-Written here from the operations those paths perform, not copied."""
+The sequences are benchmarks.eager_ops', which a GPU session times too."""
 import types
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from benchmarks.eager_ops import expert_bias as _bias, glu_clamp as _clamp
 from calculators.specs.parallel import ParallelConfig
 from calculators.specs.presets import model_from_name
-from calculators.time.elementwise import CLAMP, EXPERT_BIAS, glu_extras, layer_bytes
+from calculators.time.elementwise import CLAMP, EAGER_PACE, EXPERT_BIAS, glu_extras, layer_bytes
 from tests.calculators.reference_eager import _Bytes        # bytes every non-matmul kernel reads and writes
 
 
@@ -27,16 +28,6 @@ def _traced(forward, *inputs):
     with _Bytes() as bwd:
         y.backward(torch.ones_like(y))
     return {"forward": (fwd.bytes, fwd.kernels), "backward": (bwd.bytes, bwd.kernels)}
-
-
-def _clamp(x, limit=7.0):
-    gate, linear = x.chunk(2, -1)
-    return torch.cat((gate.clamp(max=limit), linear.clamp(min=-limit, max=limit)), -1)
-
-
-def _bias(rows, bias, probs, counts):
-    parts = zip(torch.split(rows, counts), bias, torch.split(probs, counts))
-    return torch.cat([r + b * p for r, b, p in parts]).to(torch.bfloat16)
 
 
 @pytest.mark.parametrize("probs", ["bf16", "fp32"])
@@ -66,12 +57,13 @@ def test_megatron_costs_them_where_its_kernels_do_not_fuse_them():
     tokens = 4096
     nbytes, kernels = glu_extras(model, par, tokens, "forward")
     e = model.moe
-    assert nbytes == CLAMP["forward"][0] * tokens * 2 * e.top_k * e.expert_ffn + \
-        EXPERT_BIAS["bf16"]["forward"][0] * tokens * e.top_k * model.hidden
+    clamp, bf16, fp32 = (EAGER_PACE[k][0] for k in ("clamp", "bf16", "fp32"))
+    assert nbytes == pytest.approx(CLAMP["forward"][0] * tokens * 2 * e.top_k * e.expert_ffn * clamp +
+                                   EXPERT_BIAS["bf16"]["forward"][0] * tokens * e.top_k * model.hidden * bf16)
     assert kernels == CLAMP["forward"][1] + EXPERT_BIAS["bf16"]["forward"][1] * 16 + EXPERT_BIAS["bf16"]["forward"][2]
     from dataclasses import replace
     hybridep = glu_extras(model, replace(par, dispatcher="hybridep"), tokens, "forward")[0]
-    assert hybridep - nbytes == (28 - 12) * tokens * e.top_k * model.hidden
+    assert hybridep - nbytes == pytest.approx((28 * fp32 - 12 * bf16) * tokens * e.top_k * model.hidden)
     assert glu_extras(model, replace(par, experts="fused"), tokens, "forward") == (0.0, 0)
     assert glu_extras(model, replace(par, framework="fsdp2", compile=True, zero=3), tokens, "forward") == (0.0, 0)
     plain = replace(model, glu_limit=0.0, bias=False)
@@ -80,3 +72,38 @@ def test_megatron_costs_them_where_its_kernels_do_not_fuse_them():
     assert with_extras - layer_bytes(plain, par, True, tokens)["forward"][0] == pytest.approx(nbytes, rel=0.02)
     assert glu_extras(types.SimpleNamespace(moe=None, glu_limit=7.0, bias=True, mlp="swiglu"), par, tokens,
                       "forward") == (0.0, 0)
+
+
+def test_the_pace_reproduces_the_timed_sequences():
+    """The same functions timed on our H200 (benchmarks/sessions/gpt_oss_passes.py): the calculators'
+    time for each pass, traced bytes times EAGER_PACE at the H200's streaming rate or the kernels'
+    floor, against the measured forward and backward. The bias over 16 local experts (1,024 rows
+    each) waits on its launches: its forward is the floor's, its backward (67 launches, 1.8 ms) is
+    the host's and not held against it."""
+    import json
+    import pathlib
+    from calculators.specs.hardware import gpu_from_name
+    from calculators.time.compute import memory_time
+    from calculators.time.profiles import default_profile
+    gpu = gpu_from_name("H200-141GB")
+    prof = default_profile(gpu.name)
+    data = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness" / "gpt_oss_passes_h200.jsonl"
+    checked = 0
+    for r in map(json.loads, data.read_text().splitlines()):
+        if r["part"] not in ("clamp", "bias"):
+            continue
+        n = r["shape"][0] * r["shape"][1]
+        kind = "clamp" if r["part"] == "clamp" else {"bfloat16": "bf16", "float32": "fp32"}[r["probs"]]
+        for i, (way, measured) in enumerate((("forward", r["fwd_s"]), ("backward", r["both_s"] - r["fwd_s"]))):
+            if kind == "clamp":
+                per, kernels = CLAMP[way]
+            else:
+                per, k_expert, more = EXPERT_BIAS[kind][way]
+                kernels = k_expert * r["local"] + more
+            predicted = memory_time(per * n * EAGER_PACE[kind][i], kernels, gpu, prof)
+            if r["part"] == "bias" and r["local"] == 16 and way == "backward":
+                assert predicted < measured          # the host's launches, not the GPU's bytes
+                continue
+            assert predicted == pytest.approx(measured, rel=0.15), (r, way, predicted)
+            checked += 1
+    assert checked == 10

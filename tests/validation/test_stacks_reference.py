@@ -79,19 +79,21 @@ def test_gpt_oss_is_a_named_miss(scored):
     - from Megatron-Core's source, two passes its experts run outside fused kernels: the clamp of
       the GLU's input, eager before the compiled activation, and the second bias, added per local
       expert (in fp32 and cast back under HybridEP; elementwise.CLAMP and EXPERT_BIAS, counted from
-      PyTorch's trace); the MXFP8 runs' fused grouped MLP folds both in;
+      PyTorch's trace), at the pace our H200 timed them (EAGER_PACE: PyTorch's non-vectorized kernels
+      on strided and broadcast operands); the MXFP8 runs' fused grouped MLP folds both in;
     - from our own H200 measurement of cuDNN (attention.py): the 128-token window's layers run at
       0.28 of the causal rate forward and 0.21 backward, and the attention sinks add 1.72 ns per
       query token and head to the backward.
-    The BF16 runs are now 6 to 38% too fast (median 22%), the MXFP8 ones 12 and 13%. Not costed yet:
-    YaRN's rotary embedding, which Megatron does not fuse when its scale is not 1 (0.3 to 0.5 ms a
-    layer per micro-batch of 16k tokens on GB200), the MXFP8 runs' FP8 attention, whose backward does
-    not skip the window's masked blocks on Blackwell (cudnn-frontend's gpt-oss benchmark). The sinks
-    are costed on Blackwell at their Hopper time (not measured there). Asserted to still miss, so
-    that this note stays true."""
+    The BF16 runs are now 2 to 24% too fast (median 13%), the MXFP8 ones 12 and 13%. Not costed yet:
+    YaRN's rotary embedding, which Megatron does not fuse when its scale is not 1 (benchmarks/
+    eager_ops.unfused_rope: its kernels took 2.2 ms on the H200 a layer per micro-batch of 16k tokens, q
+    and k, forward and backward), the MXFP8 runs' FP8 attention, whose backward does not skip the
+    window's masked blocks on Blackwell (cudnn-frontend's gpt-oss benchmark). The sinks are costed on
+    Blackwell at their Hopper time (not measured there). Asserted to still miss, so that this note
+    stays true."""
     rows = [s for s in scored[0] if s.run.model.name == "gpt-oss-120b"]
-    assert len(rows) == 14 and all(s.error > 0.05 for s in rows)
-    assert sorted(s.error for s in rows)[len(rows) // 2] > 0.18
+    assert len(rows) == 14 and all(s.predicted > s.run.measured for s in rows)
+    assert 0.10 < sorted(s.error for s in rows)[len(rows) // 2] < 0.16
     assert all(0.10 < s.error < 0.16 for s in rows if s.run.par.experts == "fused")
 
 
