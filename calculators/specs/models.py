@@ -108,6 +108,8 @@ class ModelSpec:
                                  # swiglu_limit, 7); 0: no clamp
     sinks: bool = False          # a learned logit per head joins each softmax's denominator (gpt-oss's
                                  # attention sinks; Transformer Engine's softmax_type "learnable")
+    rope_mscale: float = 1.0     # YaRN's attention scale, folded into RoPE's cos and sin (gpt-oss: 1.35);
+                                 # other than 1, Megatron applies RoPE unfused
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"

@@ -70,7 +70,17 @@ EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
 # (forward, backward): the clamp at 16,384 and 65,536 rows alike (1.81 and 1.77, 2.53 and 2.28), the
 # bias at 65,536 rows over 2 local experts (over 16, 1,024 rows each, its launches set the pace:
 # the kernels' floor). Measured on Hopper only; every GPU takes them.
-EAGER_PACE = {"clamp": (1.79, 2.40), "bf16": (1.38, 2.03), "fp32": (1.47, 1.48)}
+EAGER_PACE = {"clamp": (1.79, 2.40), "bf16": (1.38, 2.03), "fp32": (1.47, 1.48), "rope": (2.14, 2.14)}
+# RoPE with a YaRN scale other than 1 (the model's rope_mscale: gpt-oss's 1.35), which Transformer
+# Engine's fused kernel does not take: Megatron applies it unfused (rope_utils.apply_rotary_pos_emb),
+# to q and to k each: cos and sin of the frequencies, scaled and cast, then t * cos + rotate_half(t)
+# * sin and the concatenation with the rest of the head. (bytes per element of q and k, bytes per
+# token per rotary dim for the tables, kernels per call), from PyTorch's trace of
+# benchmarks/eager_ops.unfused_rope (tests/calculators/test_gpt_oss_torch.py); it runs at the pace
+# of EAGER_PACE["rope"], our H200's time for q at 16,384 tokens (forward and backward alike: its
+# halves and the rotated concatenation run on the non-vectorized kernels). In place of the fused
+# kernel's 4 and 8 bytes.
+ROPE_UNFUSED = {"forward": (24, 44, 12), "backward": (28, 0, 7)}
 
 
 def _fused_experts(par: ParallelConfig) -> bool:
@@ -100,6 +110,20 @@ def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -
         nbytes += per * tokens * e.top_k * model.hidden * EAGER_PACE[dtype][i]
         kernels += k_expert * max(1, e.experts // par.ep) + k
     return nbytes, kernels
+
+
+def rope_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
+    """(bytes, kernels) Megatron's unfused RoPE adds over the fused kernel's for `tokens` tokens of a
+    micro-batch on one GPU, where the model's YaRN scale keeps it unfused (ROPE_UNFUSED); MLA's
+    rotary path is its own."""
+    if par.framework != "megatron" or model.rope_mscale == 1.0 or model.mla is not None \
+            or elementwise_kernels(par) != "fused":
+        return 0.0, 0
+    per, table, kernels = ROPE_UNFUSED[way]
+    fused = FUSED[way][0][1]                                     # the fused kernel's bytes, counted already
+    width = (model.q_dim + model.kv_dim) / par.tp
+    pace = EAGER_PACE["rope"][("forward", "backward").index(way)]
+    return tokens * (width * (per * pace - fused) + 2 * table * model.head_dim), 2 * kernels
 
 
 def permute_bytes(model: ModelSpec, tokens: float) -> float:
@@ -199,6 +223,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
         glu, glu_kernels = glu_extras(model, par, tokens, way) if moe_layer else (0.0, 0)
         mlp, kernels = mlp + glu, kernels + glu_kernels
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
+        rope, rope_kernels = rope_extras(model, par, tokens, way)
+        attn, kernels = attn + rope, kernels + rope_kernels
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
         out[way] = (nbytes + extra, kernels + (permute_kernels[way] if permute else 0) + extra_kernels)

@@ -107,3 +107,61 @@ def test_the_pace_reproduces_the_timed_sequences():
             assert predicted == pytest.approx(measured, rel=0.15), (r, way, predicted)
             checked += 1
     assert checked == 10
+
+
+def test_the_unfused_rope_moves_the_counted_bytes_and_takes_the_timed_time():
+    """benchmarks.eager_ops.unfused_rope, Megatron's RoPE where a YaRN scale keeps Transformer
+    Engine's fused kernel out: PyTorch's trace against ROPE_UNFUSED (bytes per element of the
+    rotated tensor, and per token per rotary dim for the cos and sin tables), then its time on our
+    H200 (gpt_oss_passes_h200.jsonl): q's at 4,096 and 16,384 tokens within 15% forward and backward;
+    k's, an eighth the size, waits on its launches (the calculators' floor is under it)."""
+    import json
+    import pathlib
+    from benchmarks.eager_ops import unfused_rope
+    from calculators.specs.hardware import gpu_from_name
+    from calculators.time.compute import memory_time
+    from calculators.time.elementwise import ROPE_UNFUSED
+    from calculators.time.profiles import default_profile
+    seq, batch, heads, dim = 512, 2, 16, 64
+    with FakeTensorMode():
+        freqs = torch.randn(seq, 1, 1, dim)
+        traced = _traced(lambda t: unfused_rope(t, freqs, 1.35),
+                         torch.randn(seq, batch, heads, dim, dtype=torch.bfloat16, requires_grad=True))
+    for way in ("forward", "backward"):
+        per, table, kernels = ROPE_UNFUSED[way]
+        expected = per * seq * batch * heads * dim + table * seq * dim
+        assert traced[way][0] == pytest.approx(expected, rel=0.005), traced
+        assert traced[way][1] == kernels
+    gpu = gpu_from_name("H200-141GB")
+    prof = default_profile(gpu.name)
+    data = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness" / "gpt_oss_passes_h200.jsonl"
+    rows = [r for r in map(json.loads, data.read_text().splitlines()) if r["part"] == "rope"]
+    assert len(rows) == 4
+    for r in rows:
+        s, b, h, d = r["shape"]
+        for i, (way, measured) in enumerate((("forward", r["fwd_s"]), ("backward", r["both_s"] - r["fwd_s"]))):
+            per, table, kernels = ROPE_UNFUSED[way]
+            predicted = memory_time((per * s * b * h * d + table * s * d) * EAGER_PACE["rope"][i], kernels, gpu, prof)
+            if r["tensor"] == "k":
+                assert predicted < measured
+            else:
+                assert predicted == pytest.approx(measured, rel=0.15), (r, way, predicted)
+
+
+def test_megatron_runs_rope_unfused_only_with_a_yarn_scale():
+    from dataclasses import replace
+    from calculators.time.elementwise import FUSED, ROPE_UNFUSED, rope_extras
+    model = model_from_name("gpt-oss-120b")
+    par = ParallelConfig(dp=8, ep=8, mbs=1, gbs=8, seq=4096, framework="megatron")
+    nbytes, kernels = rope_extras(model, par, 4096, "forward")
+    width = model.q_dim + model.kv_dim
+    per, table, k = ROPE_UNFUSED["forward"]
+    assert nbytes == pytest.approx(4096 * (width * (per * EAGER_PACE["rope"][0] - FUSED["forward"][0][1])
+                                           + 2 * table * model.head_dim))
+    assert kernels == 2 * k
+    assert rope_extras(replace(model, rope_mscale=1.0), par, 4096, "forward") == (0.0, 0)
+    assert rope_extras(model, replace(par, framework="fsdp2", zero=3, compile=True), 4096, "forward") == (0.0, 0)
+    with_rope = layer_bytes(model, par, True, 4096)["backward"]
+    without = layer_bytes(replace(model, rope_mscale=1.0), par, True, 4096)["backward"]
+    assert with_rope[0] - without[0] == pytest.approx(rope_extras(model, par, 4096, "backward")[0])
+    assert with_rope[1] - without[1] == 2 * ROPE_UNFUSED["backward"][2]

@@ -72,29 +72,30 @@ def test_held_out_runs_are_predicted_within_the_targets_and_beat_a_constant_mfu(
             assert (median <= 0.20) != (source in KNOWN_MISSES), (source, median)
 
 
-def test_gpt_oss_is_a_named_miss(scored):
-    """Megatron-Bridge's GPT OSS 120B runs (26.02 to 26.08, H100, B200, GB200) came out 16 to 85% too
-    fast, where the same tables' Qwen3 and DeepSeek-V3 runs on the same systems land within about 5%.
-    Now costed, each from its mechanism:
-    - from Megatron-Core's source, two passes its experts run outside fused kernels: the clamp of
-      the GLU's input, eager before the compiled activation, and the second bias, added per local
-      expert (in fp32 and cast back under HybridEP; elementwise.CLAMP and EXPERT_BIAS, counted from
-      PyTorch's trace), at the pace our H200 timed them (EAGER_PACE: PyTorch's non-vectorized kernels
-      on strided and broadcast operands); the MXFP8 runs' fused grouped MLP folds both in;
-    - from our own H200 measurement of cuDNN (attention.py): the 128-token window's layers run at
-      0.28 of the causal rate forward and 0.21 backward, and the attention sinks add 1.72 ns per
-      query token and head to the backward.
-    The BF16 runs are now 2 to 24% too fast (median 13%), the MXFP8 ones 12 and 13%. Not costed yet:
-    YaRN's rotary embedding, which Megatron does not fuse when its scale is not 1 (benchmarks/
-    eager_ops.unfused_rope: its kernels took 2.2 ms on the H200 a layer per micro-batch of 16k tokens, q
-    and k, forward and backward), the MXFP8 runs' FP8 attention, whose backward does not skip the
-    window's masked blocks on Blackwell (cudnn-frontend's gpt-oss benchmark). The sinks are costed on
-    Blackwell at their Hopper time (not measured there). Asserted to still miss, so that this note
-    stays true."""
+def test_gpt_oss_holds_by_mechanism(scored):
+    """Megatron-Bridge's GPT OSS 120B runs (26.02 to 26.08, H100, B200, GB200) first came out 16 to
+    85% too fast, where the same tables' Qwen3 and DeepSeek-V3 runs on the same systems land within
+    about 5%. Each pass that closed the gap was found in Megatron-Core's source and timed on our own
+    H200, none fitted to these runs:
+    - its experts' eager passes: the clamp of the GLU's input before the compiled activation, and
+      the second bias added per local expert (in fp32 and cast back under HybridEP), counted from
+      PyTorch's trace (elementwise.CLAMP, EXPERT_BIAS) at the pace the H200 ran them (EAGER_PACE:
+      PyTorch's non-vectorized kernels on strided and broadcast operands); the MXFP8 runs' fused
+      grouped MLP folds both in;
+    - YaRN's rotary embedding, which Megatron applies unfused when its scale is not 1 (ROPE_UNFUSED,
+      traced and timed the same way);
+    - cuDNN's 128-token window, at 0.28 of the causal rate forward and 0.21 backward, and the
+      attention sinks' 1.72 ns per query token and head in the backward (attention.py).
+    Now: -1 to +17% (median +8%), MXFP8 +4 and +5%. Still open: the GB200 BF16 runs stay 9 to 17%
+    fast; the MXFP8 runs' FP8 attention, whose backward does not skip the window's masked blocks on
+    Blackwell (cudnn-frontend's gpt-oss benchmark), is not costed; the sinks are costed on Blackwell at
+    their Hopper time (not measured there)."""
     rows = [s for s in scored[0] if s.run.model.name == "gpt-oss-120b"]
-    assert len(rows) == 14 and all(s.predicted > s.run.measured for s in rows)
-    assert 0.10 < sorted(s.error for s in rows)[len(rows) // 2] < 0.16
-    assert all(0.10 < s.error < 0.16 for s in rows if s.run.par.experts == "fused")
+    assert len(rows) == 14 and all(s.error < 0.18 for s in rows)
+    assert sorted(s.error for s in rows)[len(rows) // 2] < 0.10
+    assert all(s.error < 0.06 for s in rows if s.run.par.experts == "fused")
+    assert all(s.predicted > 1.08 * s.run.measured for s in rows
+               if s.run.cluster.gpu.name == "GB200" and s.run.par.precision == "bf16")
 
 
 def test_the_expert_loops_host_time_holds_on_runs_it_was_not_fitted_on(scored, monkeypatch):
