@@ -135,3 +135,24 @@ def test_context_parallel_chunks_run_at_their_own_length_mostly_unmasked():
     per_flop = (0.25 / cf + 0.75 / ff) + 2.5 * (0.25 / cb + 0.75 / fb)
     # four times the context per query at a quarter of the queries
     assert ring / one == pytest.approx(4 * per_flop / (1 / f4 + 2.5 / b4))
+
+
+def test_cudnn_at_head_dim_64_runs_at_our_measured_rates_both_ways():
+    """Our H100 rows of cuDNN at head dim 64 (validation/data/h100_harness/attention.jsonl, 1k to
+    64k tokens, causal and not, MHA and GQA): the calculators' rates within 5% at the median, forward
+    and backward apart (one forward ratio for both had put the backward 13% slow)."""
+    import json
+    import pathlib
+    import statistics
+    data = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness" / "attention.jsonl"
+    ratios = {"forward": [], "backward": []}
+    for r in map(json.loads, data.read_text().splitlines()):
+        c, m = r["config"], r.get("metrics", {})
+        if r.get("status") != "ok" or c["backend"] != "cudnn" or c["head_dim"] != 64 or c["seq"] < 1024:
+            continue
+        fwd, bwd = attention.rates("cudnn", c["seq"], 64, causal=c["causal"])
+        ratios["forward"].append(m["forward_tflops"] / fwd)
+        ratios["backward"].append(m["backward_tflops"] / bwd)
+    assert len(ratios["forward"]) >= 10
+    for way, got in ratios.items():
+        assert abs(statistics.median(got) - 1) < 0.05, (way, sorted(got))
