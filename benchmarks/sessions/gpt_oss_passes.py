@@ -20,35 +20,19 @@ time waits for the host between launches.
 """
 import json
 import math
-import statistics
 import sys
 
 import torch
 
 from benchmarks.eager_ops import expert_bias, glu_clamp, unfused_rope
+from timing import timed as _timed
 
 H, F, HEADS, KV, D, S = 2880, 2880, 64, 8, 64, 4096
 CASES = {"H100 ep8 mbs1": (16384, 16, 1), "GB200 ep64 mbs4": (65536, 2, 4)}   # rows, local experts, batch
 
 
-def timed(fn, target_ms=20.0, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    n = max(1, min(200, int(target_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(n):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return statistics.median(times) / 1e3
+def timed(fn):
+    return _timed(fn, target_ms=20.0)[0]
 
 
 def leaf(*shape, dtype=torch.bfloat16):

@@ -26,12 +26,13 @@ its heads (forward output and the three gradients).
 """
 import json
 import math
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from timing import timed
 
 TOKENS = 32768
 SHAPES = {64: (64, 8), 128: (32, 8)}          # head dim: (query heads, kv heads)
@@ -44,26 +45,6 @@ def pairs(seq, window):
     if window is None or window >= seq:
         return seq * (seq + 1) // 2
     return window * (window + 1) // 2 + (seq - window) * window
-
-
-def timed(fn, target_ms=25.0, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    n = max(1, min(200, int(target_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(n):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return statistics.median(times) / 1e3, (max(times) - min(times)) / statistics.median(times)
 
 
 def tensors(seq, head_dim, grad=False):
