@@ -19,8 +19,8 @@ other layer, Qwen2 from max_window_layers on where use_sliding_window is set) is
 attention (attention_chunk_size, on the layers with RoPE) is a window with `chunked` set: a token
 attends to the tokens before it in its own chunk.
 gpt-oss's GLU clamps its input at swiglu_limit (the model's `glu_limit`), and each of its heads has a
-learned sink logit in its softmax (`sinks`, one parameter per head and layer). YaRN's rope scaling
-(gpt-oss's) becomes `rope_mscale`, the scale Megatron folds into RoPE's cos and sin.
+learned sink logit in its softmax (`sinks`, one parameter per head and layer). A rope_scaling of
+rope_type yarn (gpt-oss's) sets `yarn`: Megatron applies such RoPE unfused.
 MoE layers: gpt-oss's and MiniMax-M2's experts are intermediate_size wide; Llama 4's too, with one
 shared expert beside them and, between MoE layers when interleave_moe_layer_step > 1, a dense MLP of
 intermediate_size_mlp; GLM-4.5 and Kimi K2 take DeepSeek's fields (GLM-4.5 with GQA, not MLA). The
@@ -30,7 +30,6 @@ interleave_moe_layer_step) are the layers transformers makes MoE: from the step-
 """
 from __future__ import annotations
 
-import math
 import re
 
 from . import limits
@@ -63,6 +62,8 @@ DEFAULTS = {"gemma": {"num_attention_heads": 16, "num_key_value_heads": 16, "hea
             "gemma2": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000},
             "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208},
             "gpt_oss": {"rope_scaling": {"rope_type": "yarn", "factor": 32.0}}}     # GptOssConfig's YaRN
+# (a default fills a field that config.json leaves out or null; gpt_oss's rope_scaling only where
+# transformers 5's rope_parameters is absent too)
 QK_NORM = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "minimax_m2")
 QK_NORM_FLAG = {"glm4_moe": False, "llama4_text": True}    # use_qk_norm's default where the config may say
 SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
@@ -123,7 +124,8 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
     kind = cfg.get("model_type")
     kind = TEXT_OF.get(kind, kind) if isinstance(kind, str) else kind
     if isinstance(kind, str) and kind in DEFAULTS:
-        cfg = {**cfg, **{k: v for k, v in DEFAULTS[kind].items() if cfg.get(k) is None}}
+        cfg = {**cfg, **{k: v for k, v in DEFAULTS[kind].items() if cfg.get(k) is None
+                         and not (k == "rope_scaling" and cfg.get("rope_parameters") is not None)}}
     if isinstance(kind, str) and kind in UNMODELLED:
         raise ConfigError(f"config.json model_type {show(kind)} is not supported: {UNMODELLED[kind]}")
     if not isinstance(kind, str) or kind not in SUPPORTED:
@@ -152,7 +154,7 @@ def from_hf_config(cfg: dict | str, name: str = "") -> ModelSpec:
         except ConfigError as exc:                 # its MoE fields fine one by one, not together
             raise _together(exc) from None
     if kind in LLAMA_LIKE:
-        args["rope_mscale"] = _rope_mscale(cfg, f.problems)
+        args["yarn"] = _yarn(cfg)
     if f.missing:
         f.problems.insert(0, f"config.json ({kind}) lacks {', '.join(sorted(set(f.missing)))}; add the field(s)")
     if f.problems:
@@ -233,31 +235,14 @@ def _window(cfg: dict, kind: str, layers: int) -> tuple[int, int]:
     return (window, local) if local else (0, 0)
 
 
-def _rope_mscale(cfg: dict, problems: list) -> float:
-    """YaRN's attention scale (rope_scaling, or transformers 5's rope_parameters, of rope_type yarn)
-    as Megatron's YarnRotaryEmbedding computes it: get_mscale(factor, mscale) / get_mscale(factor,
-    mscale_all_dim), get_mscale(s, m) = 0.1 m ln s + 1 above a factor of 1 (mscale 1 and
-    mscale_all_dim 0 when not given: gpt-oss 1.35; DeepSeek-V3 gives both, 1.0); the config's
-    attention_factor where it states one; 1 without YaRN."""
+def _yarn(cfg: dict) -> bool:
+    """Whether RoPE is scaled by YaRN: rope_scaling (or transformers 5's rope_parameters, also one
+    per layer type) of rope_type (or type) yarn."""
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if not isinstance(rope, dict) or (rope.get("rope_type") or rope.get("type")) != "yarn":
-        return 1.0
-    got = {}
-    for key, default in (("factor", 1.0), ("mscale", 1.0), ("mscale_all_dim", 0.0), ("attention_factor", None)):
-        value = rope.get(key, default)
-        if value is not None:
-            number(problems, f"config.json rope_scaling.{key}", value, 0.0, 1e6)
-        got[key] = value
-    if problems:
-        return 1.0
-    if got["attention_factor"] is not None:
-        number(problems, "config.json rope_scaling.attention_factor", got["attention_factor"],
-               *limits.MODEL["rope_mscale"])
-        return float(got["attention_factor"]) if not problems else 1.0
-
-    def get_mscale(s: float, m: float) -> float:
-        return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
-    return get_mscale(got["factor"], got["mscale"]) / get_mscale(got["factor"], got["mscale_all_dim"])
+    if not isinstance(rope, dict):
+        return False
+    kinds = [rope] + [v for v in rope.values() if isinstance(v, dict)]
+    return any((r.get("rope_type") or r.get("type")) == "yarn" for r in kinds)
 
 
 def _first_sparse(f: _Fields, dense: int, step: int, keys: str) -> int:

@@ -41,7 +41,6 @@ MODEL = {
     "layers": (1, MAX_LAYERS), "hidden": (1, 131_072), "heads": (1, 4096), "kv_heads": (0, 4096),
     "head_dim": (0, 4096), "ffn": (0, 1_048_576), "vocab": (1, 4_194_304), "positions": (0, MAX_SEQ),
     "window": (0, MAX_SEQ), "window_layers": (0, MAX_LAYERS), "glu_limit": (0.0, 1e6),
-    "rope_mscale": (1e-3, 1e3),
 }
 MOE = {
     "experts": (1, 4096), "top_k": (1, 4096), "expert_ffn": (1, 1_048_576), "shared_experts": (0, 64),

@@ -108,8 +108,8 @@ class ModelSpec:
                                  # swiglu_limit, 7); 0: no clamp
     sinks: bool = False          # a learned logit per head joins each softmax's denominator (gpt-oss's
                                  # attention sinks; Transformer Engine's softmax_type "learnable")
-    rope_mscale: float = 1.0     # YaRN's attention scale, folded into RoPE's cos and sin (gpt-oss: 1.35);
-                                 # other than 1, Megatron applies RoPE unfused
+    yarn: bool = False           # RoPE scaled by YaRN (gpt-oss; long-context Qwen configs): Megatron applies
+                                 # it unfused (its position_embedding_type yarn turns rope fusion off)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     name: str = "custom"
@@ -117,7 +117,7 @@ class ModelSpec:
 
     def __post_init__(self):
         p = check_fields(self, "model", limits.MODEL, flags=("tied_embeddings", "bias", "qkv_bias", "qk_norm",
-                                                                        "chunked", "sinks"),
+                                                                        "chunked", "sinks", "yarn"),
                          choices={"mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm")}, texts=("name",))
         for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
             if getattr(self, key) is not None and not isinstance(getattr(self, key), cls):

@@ -4,8 +4,6 @@ Every entry is tested (tests/calculators/test_models.py) against its published p
 """
 from __future__ import annotations
 
-import math
-
 from .errors import ConfigError
 from .validate import show
 from .models import MLASpec, ModelSpec, MoESpec
@@ -13,8 +11,6 @@ from .models import MLASpec, ModelSpec, MoESpec
 HF = "https://huggingface.co/{}/blob/main/config.json"
 NANOTRON = ("Ultra-Scale Playbook benchmark runs (nanotron), shared/data/nanotron_scaling_runs.csv; "
             "huggingface.co/spaces/nanotron/ultrascale-playbook")
-# YaRN's attention scale for gpt-oss's rope factor of 32, as Megatron computes it: 0.1 ln 32 + 1
-GPT_OSS_MSCALE = 0.1 * math.log(32) + 1
 
 _MODELS: dict[str, dict] = {
     "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
@@ -47,13 +43,11 @@ _MODELS: dict[str, dict] = {
     # and router carry biases; each head has a sink logit; YaRN scales RoPE; OpenAI's active count
     # leaves out the input embedding
     "gpt-oss-120b": dict(layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-                         bias=True, window=128, window_layers=18, glu_limit=7.0, sinks=True,
-                         rope_mscale=GPT_OSS_MSCALE,
+                         bias=True, window=128, window_layers=18, glu_limit=7.0, sinks=True, yarn=True,
                          moe=MoESpec(experts=128, top_k=4, expert_ffn=2880),
                          source=HF.format("openai/gpt-oss-120b")),
     "gpt-oss-20b": dict(layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
-                        bias=True, window=128, window_layers=12, glu_limit=7.0, sinks=True,
-                        rope_mscale=GPT_OSS_MSCALE,
+                        bias=True, window=128, window_layers=12, glu_limit=7.0, sinks=True, yarn=True,
                         moe=MoESpec(experts=32, top_k=4, expert_ffn=2880),
                         source=HF.format("openai/gpt-oss-20b")),
     # Llama 4: one shared expert beside the routed one in every MoE layer; three layers in four (those

@@ -149,7 +149,8 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
     routed = e.top_k * T_sp * e.expert_ffn / par.etp
     shared = T * e.shared_experts * (e.shared_ffn or e.expert_ffn) / par.tp
     if "moe_act" in mods:                                  # the activation again, a clamped GLU's clamps too
-        clamp = elementwise.CLAMP["forward"][0] * 2 * routed if elementwise.eager_clamp(model, par) else 0.0
+        clamp = elementwise.CLAMP["forward"][0] * elementwise.EAGER_PACE["clamp"][0] * 2 * routed \
+            if elementwise.eager_clamp(model, par) else 0.0
         total += memory_time(BF16 * swiglu_io * routed + clamp, 1, gpu, profile)
     if "shared_experts" in mods and shared:
         total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)

@@ -66,20 +66,22 @@ EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
 # operands on its non-vectorized element-wise path (elementwise_kernel<128, 4>: 71% of the clamp's
 # GPU time and half the bias's under torch.profiler). Timed on our H200 at the Megatron-Bridge
 # runs' shapes (benchmarks/sessions/gpt_oss_passes.py, validation/data/h100_harness/
-# gpt_oss_passes_h200.jsonl), each took these multiples of its traced bytes at the streaming rate,
-# (forward, backward): the clamp at 16,384 and 65,536 rows alike (1.81 and 1.77, 2.53 and 2.28), the
-# bias at 65,536 rows over 2 local experts (over 16, 1,024 rows each, its launches set the pace:
-# the kernels' floor). Measured on Hopper only; every GPU takes them.
-EAGER_PACE = {"clamp": (1.79, 2.40), "bf16": (1.38, 2.03), "fp32": (1.47, 1.48), "rope": (2.14, 2.14)}
-# RoPE with a YaRN scale other than 1 (the model's rope_mscale: gpt-oss's 1.35), which Transformer
-# Engine's fused kernel does not take: Megatron applies it unfused (rope_utils.apply_rotary_pos_emb),
-# to q and to k each: cos and sin of the frequencies, scaled and cast, then t * cos + rotate_half(t)
-# * sin and the concatenation with the rest of the head. (bytes per element of q and k, bytes per
-# token per rotary dim for the tables, kernels per call), from PyTorch's trace of
-# benchmarks/eager_ops.unfused_rope (tests/calculators/test_gpt_oss_torch.py); it runs at the pace
-# of EAGER_PACE["rope"], our H200's time for q at 16,384 tokens (forward and backward alike: its
-# halves and the rotated concatenation run on the non-vectorized kernels). In place of the fused
-# kernel's 4 and 8 bytes.
+# gpt_oss_passes_h200.jsonl, call 19: each backward's gradients returned, as Megatron's non-leaf
+# inputs take them), each took these multiples of its traced bytes at the streaming rate, (forward,
+# backward): the clamp at 16,384 and 65,536 rows alike (1.80 and 1.78, 2.00 and 1.93), the bias at
+# 65,536 rows over 2 local experts (over 16, 1,024 rows each, its launches set the pace: the
+# kernels' floor). Measured on Hopper only; every GPU takes them, Blackwell's unmeasured.
+EAGER_PACE = {"clamp": (1.79, 1.97), "bf16": (1.38, 1.71), "fp32": (1.47, 1.34), "rope": (2.13, 1.95)}
+# RoPE scaled by YaRN (the model's yarn: gpt-oss), which Megatron applies unfused: its
+# position_embedding_type yarn turns rope fusion off (Megatron-LM's arguments, Megatron-Bridge's
+# validate_rope_fusion_compatibility), and rope_utils.apply_rotary_pos_emb also keeps Transformer
+# Engine's fused kernel out for a YaRN scale other than 1. To q and to k each: cos and sin of the
+# frequencies, scaled and cast, then t * cos + rotate_half(t) * sin and the concatenation with the
+# rest of the head. (bytes per element of q and k, bytes per position per rotary dim for the
+# tables, kernels per call), from PyTorch's trace of benchmarks/eager_ops.unfused_rope
+# (tests/calculators/test_gpt_oss_torch.py), at the pace of EAGER_PACE["rope"], our H200's time for
+# q at 16,384 tokens (its halves and the rotated concatenation run on the non-vectorized kernels),
+# in place of the fused kernel's 4 and 8 bytes. MLA's rotary path is its own.
 ROPE_UNFUSED = {"forward": (24, 44, 12), "backward": (28, 0, 7)}
 
 
@@ -114,16 +116,16 @@ def glu_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -
 
 def rope_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
     """(bytes, kernels) Megatron's unfused RoPE adds over the fused kernel's for `tokens` tokens of a
-    micro-batch on one GPU, where the model's YaRN scale keeps it unfused (ROPE_UNFUSED); MLA's
-    rotary path is its own."""
-    if par.framework != "megatron" or model.rope_mscale == 1.0 or model.mla is not None \
-            or elementwise_kernels(par) != "fused":
+    micro-batch on one GPU (mbs * seq / cp), where the model's RoPE is YaRN-scaled (ROPE_UNFUSED);
+    its cos and sin tables are per position, not per sequence of the micro-batch."""
+    if par.framework != "megatron" or not model.yarn or model.mla is not None or elementwise_kernels(par) != "fused":
         return 0.0, 0
     per, table, kernels = ROPE_UNFUSED[way]
     fused = FUSED[way][0][1]                                     # the fused kernel's bytes, counted already
     width = (model.q_dim + model.kv_dim) / par.tp
     pace = EAGER_PACE["rope"][("forward", "backward").index(way)]
-    return tokens * (width * (per * pace - fused) + 2 * table * model.head_dim), 2 * kernels
+    positions = par.seq / par.cp
+    return tokens * width * (per * pace - fused) + 2 * table * pace * positions * model.head_dim, 2 * kernels
 
 
 def permute_bytes(model: ModelSpec, tokens: float) -> float:

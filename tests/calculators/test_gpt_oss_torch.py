@@ -77,9 +77,9 @@ def test_megatron_costs_them_where_its_kernels_do_not_fuse_them():
 def test_the_pace_reproduces_the_timed_sequences():
     """The same functions timed on our H200 (benchmarks/sessions/gpt_oss_passes.py): the calculators'
     time for each pass, traced bytes times EAGER_PACE at the H200's streaming rate or the kernels'
-    floor, against the measured forward and backward. The bias over 16 local experts (1,024 rows
-    each) waits on its launches: its forward is the floor's, its backward (67 launches, 1.8 ms) is
-    the host's and not held against it."""
+    floor, against the measured forward and backward (call 19). The bias over 16 local experts
+    (1,024 rows each) waits on its launches (33 forward, 67 backward; its forward took 0.36 ms in one
+    call and 0.53 in another): the host's pace, held only to the floor's being no slower."""
     import json
     import pathlib
     from calculators.specs.hardware import gpu_from_name
@@ -101,20 +101,21 @@ def test_the_pace_reproduces_the_timed_sequences():
                 per, k_expert, more = EXPERT_BIAS[kind][way]
                 kernels = k_expert * r["local"] + more
             predicted = memory_time(per * n * EAGER_PACE[kind][i], kernels, gpu, prof)
-            if r["part"] == "bias" and r["local"] == 16 and way == "backward":
-                assert predicted < measured          # the host's launches, not the GPU's bytes
+            if r["part"] == "bias" and r["local"] == 16:
+                assert predicted < 1.15 * measured   # the host's launches set its pace, not the GPU's bytes
                 continue
             assert predicted == pytest.approx(measured, rel=0.15), (r, way, predicted)
             checked += 1
-    assert checked == 10
+    assert checked == 8
 
 
 def test_the_unfused_rope_moves_the_counted_bytes_and_takes_the_timed_time():
-    """benchmarks.eager_ops.unfused_rope, Megatron's RoPE where a YaRN scale keeps Transformer
-    Engine's fused kernel out: PyTorch's trace against ROPE_UNFUSED (bytes per element of the
-    rotated tensor, and per token per rotary dim for the cos and sin tables), then its time on our
-    H200 (gpt_oss_passes_h200.jsonl): q's at 4,096 and 16,384 tokens within 15% forward and backward;
-    k's, an eighth the size, waits on its launches (the calculators' floor is under it)."""
+    """benchmarks.eager_ops.unfused_rope, Megatron's RoPE under YaRN: PyTorch's trace against
+    ROPE_UNFUSED (bytes per element of the rotated tensor, and per position per rotary dim for the
+    cos and sin tables), then its time on our H200 (call 19). q at 16,384 tokens is what the pace was
+    taken from (within 10%, forward and backward); q at 4,096 tokens is the check, against its
+    kernels' time under the profiler (its timed backward waits on the host in part); k, an eighth of
+    q, waits on its launches (the calculators' floor is under its time)."""
     import json
     import pathlib
     from benchmarks.eager_ops import unfused_rope
@@ -134,34 +135,50 @@ def test_the_unfused_rope_moves_the_counted_bytes_and_takes_the_timed_time():
         assert traced[way][1] == kernels
     gpu = gpu_from_name("H200-141GB")
     prof = default_profile(gpu.name)
-    data = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness" / "gpt_oss_passes_h200.jsonl"
-    rows = [r for r in map(json.loads, data.read_text().splitlines()) if r["part"] == "rope"]
-    assert len(rows) == 4
-    for r in rows:
-        s, b, h, d = r["shape"]
-        for i, (way, measured) in enumerate((("forward", r["fwd_s"]), ("backward", r["both_s"] - r["fwd_s"]))):
-            per, table, kernels = ROPE_UNFUSED[way]
-            predicted = memory_time((per * s * b * h * d + table * s * d) * EAGER_PACE["rope"][i], kernels, gpu, prof)
-            if r["tensor"] == "k":
-                assert predicted < measured
-            else:
-                assert predicted == pytest.approx(measured, rel=0.15), (r, way, predicted)
+    data = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness"
+
+    def predicted(shape, i):
+        s, b, h, d = shape
+        per, table, kernels = ROPE_UNFUSED[("forward", "backward")[i]]
+        return memory_time((per * s * b * h * d + table * s * d) * EAGER_PACE["rope"][i], kernels, gpu, prof)
+    timed = [r for r in map(json.loads, (data / "gpt_oss_passes_h200.jsonl").read_text().splitlines())
+             if r["part"] == "rope"]
+    profiled = {(r["case"], r["tensor"]): r["kernels_s"] for r in map(
+        json.loads, (data / "gpt_oss_passes_profile_h200.jsonl").read_text().splitlines()) if r["part"] == "rope"}
+    assert len(timed) == 4 and len(profiled) == 4
+    for r in timed:
+        both = sum(predicted(r["shape"], i) for i in (0, 1))
+        if r["tensor"] == "k":
+            assert both < r["both_s"]
+        elif r["shape"][1] == 4:                                   # 16,384 tokens: the pace's own
+            assert predicted(r["shape"], 0) == pytest.approx(r["fwd_s"], rel=0.1)
+            assert predicted(r["shape"], 1) == pytest.approx(r["both_s"] - r["fwd_s"], rel=0.1)
+        else:                                                      # 4,096 tokens: the check
+            assert both == pytest.approx(profiled[r["case"], "q"], rel=0.1)
 
 
-def test_megatron_runs_rope_unfused_only_with_a_yarn_scale():
+def test_megatron_runs_rope_unfused_only_under_yarn():
     from dataclasses import replace
     from calculators.time.elementwise import FUSED, ROPE_UNFUSED, rope_extras
     model = model_from_name("gpt-oss-120b")
+    for tp in (1, 4):
+        par = ParallelConfig(dp=8 // tp, tp=tp, ep=8 // tp, mbs=2, gbs=8, seq=4096, framework="megatron", sp=tp > 1)
+        tokens = 2 * 4096
+        nbytes, kernels = rope_extras(model, par, tokens, "forward")
+        width = (model.q_dim + model.kv_dim) / tp
+        per, table, k = ROPE_UNFUSED["forward"]
+        pace = EAGER_PACE["rope"][0]
+        # the tables are per position: 4,096 of them, whatever the micro-batch
+        assert nbytes == pytest.approx(tokens * width * (per * pace - FUSED["forward"][0][1])
+                                       + 2 * table * pace * 4096 * model.head_dim)
+        assert kernels == 2 * k
+    assert rope_extras(replace(model, yarn=False), par, tokens, "forward") == (0.0, 0)
+    assert rope_extras(model, replace(par, framework="fsdp2", zero=3, compile=True, sp=False, tp=1, dp=8, ep=8),
+                       tokens, "forward") == (0.0, 0)
+    mla = replace(model_from_name("deepseek-v3"), yarn=True)            # MLA's rotary path is its own
+    assert rope_extras(mla, ParallelConfig(dp=8, ep=8, seq=4096, framework="megatron"), 4096, "forward") == (0.0, 0)
     par = ParallelConfig(dp=8, ep=8, mbs=1, gbs=8, seq=4096, framework="megatron")
-    nbytes, kernels = rope_extras(model, par, 4096, "forward")
-    width = model.q_dim + model.kv_dim
-    per, table, k = ROPE_UNFUSED["forward"]
-    assert nbytes == pytest.approx(4096 * (width * (per * EAGER_PACE["rope"][0] - FUSED["forward"][0][1])
-                                           + 2 * table * model.head_dim))
-    assert kernels == 2 * k
-    assert rope_extras(replace(model, rope_mscale=1.0), par, 4096, "forward") == (0.0, 0)
-    assert rope_extras(model, replace(par, framework="fsdp2", zero=3, compile=True), 4096, "forward") == (0.0, 0)
     with_rope = layer_bytes(model, par, True, 4096)["backward"]
-    without = layer_bytes(replace(model, rope_mscale=1.0), par, True, 4096)["backward"]
+    without = layer_bytes(replace(model, yarn=False), par, True, 4096)["backward"]
     assert with_rope[0] - without[0] == pytest.approx(rope_extras(model, par, 4096, "backward")[0])
     assert with_rope[1] - without[1] == 2 * ROPE_UNFUSED["backward"][2]

@@ -1,6 +1,5 @@
 """Presets against published parameter counts; config.json import."""
 import json
-import math
 from dataclasses import replace
 
 import pytest
@@ -176,29 +175,27 @@ def test_gpt_oss_config():
     assert m.active_params - m.embedding_params == pytest.approx(5.13e9, rel=0.005)
     assert (m.window, m.window_layers, m.chunked, m.bias, m.moe.top_k, m.sinks) == (128, 18, False, True, 4, True)
     assert m.total_params - replace(m, sinks=False).total_params == 36 * 64
-    assert m.rope_mscale == pytest.approx(1 + 0.1 * math.log(32))          # GptOssConfig's YaRN, factor 32
+    assert m.yarn                                               # GptOssConfig's YaRN, factor 32
 
 
-def test_yarns_scale_is_megatrons():
-    """rope_scaling of rope_type yarn gives Megatron's YarnRotaryEmbedding scale: get_mscale(factor,
-    mscale) / get_mscale(factor, mscale_all_dim); DeepSeek-V3 states both equal (1.0, RoPE stays
-    fused); attention_factor, where given, is the scale; other rope types leave 1."""
-    base = {**GPT_OSS_120B}
+def test_yarn_is_read_from_either_rope_field():
+    """rope_scaling (or transformers 5's rope_parameters, also one per layer type) of rope_type or
+    type yarn sets `yarn`, whatever its factor or mscale fields; anything else, or junk, leaves it
+    off without failing the import."""
+    base = {**GPT_OSS_120B, "model_type": "llama"}
 
-    def scale(rope):
-        return from_hf_config(json.dumps({**base, "rope_scaling": rope})).rope_mscale
-    assert scale({"rope_type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0}) == 1.0
-    assert scale({"type": "yarn", "factor": 4}) == pytest.approx(1 + 0.1 * math.log(4))
-    assert scale({"rope_type": "yarn", "factor": 8, "attention_factor": 1.2}) == 1.2
-    assert scale({"rope_type": "llama3", "factor": 8}) == 1.0
-    assert from_hf_config(json.dumps({**base, "model_type": "llama", "rope_scaling": None})).rope_mscale == 1.0
-    for bad in ("<b>", -1, True, [32]):
-        with pytest.raises(ConfigError, match="rope_scaling.factor must be"):
-            scale({"rope_type": "yarn", "factor": bad})
-    small = {**GPT_OSS_120B, "num_hidden_layers": 24, "num_local_experts": 32}      # gpt-oss-20b: 20.91B, 3.61B
-    m = from_hf_config(json.dumps(small))
-    assert m.total_params == pytest.approx(20.91e9, rel=0.001)
-    assert m.active_params - m.embedding_params == pytest.approx(3.61e9, rel=0.005)
+    def yarn(**fields):
+        return from_hf_config(json.dumps({**base, **fields})).yarn
+    assert yarn(rope_scaling={"rope_type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0})
+    assert yarn(rope_scaling={"type": "yarn", "factor": 4, "mscale": None})
+    assert yarn(rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 8}, "sliding_attention": {}})
+    assert not yarn(rope_scaling={"rope_type": "llama3", "factor": 8})
+    for junk in (None, "yarn", [{"rope_type": "yarn"}], 32, {"rope_type": ["yarn"]}):
+        assert not yarn(rope_scaling=junk)
+    # gpt-oss's default YaRN fills rope_scaling only where rope_parameters is absent too
+    gpt_oss = {**GPT_OSS_120B, "rope_scaling": None}
+    assert from_hf_config(json.dumps(gpt_oss)).yarn
+    assert not from_hf_config(json.dumps({**gpt_oss, "rope_parameters": {"rope_type": "default"}})).yarn
 
 
 def test_llama4_config():
