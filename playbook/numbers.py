@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import statistics
 
+from calculators.time.attention import SINK_BACKWARD, window_fraction
 from calculators.time.comm import Group, collective_time, experts_hit
 from calculators.specs.errors import ConfigError
 from calculators.time.flops import model_flops_per_token
@@ -81,6 +82,18 @@ def bubble(schedule: str = "1f1b", p: str = "4", m: str = "8", v: str = "1", of:
 def flops(model: str, seq: str = "4096") -> str:
     """Model FLOPs per token (forward + backward), GFLOP."""
     return f"{model_flops_per_token(model_from_name(model), int(seq)) / 1e9:.1f} GFLOP"
+
+
+def window(w: str = "128", gpu: str = "H100-80GB", kernel: str = "cudnn") -> str:
+    """A layer attending within `w` keys: its rate over the pairs it attends as a fraction of the
+    kernel's causal plateau (attention.window_fraction), forward and backward."""
+    fwd, bwd = window_fraction(int(w), gpu, kernel)
+    return f"{fwd:.2f} forward and {bwd:.2f} backward"
+
+
+def sink() -> str:
+    """cuDNN's backward time for attention sinks, per query token and head (attention.SINK_BACKWARD)."""
+    return f"{SINK_BACKWARD * 1e9:.2f} ns"
 
 
 def gpu(name: str, field: str = "bf16") -> str:
@@ -223,8 +236,9 @@ def _stacks_summary() -> tuple:
     return n, median, p90, len({r.source for r in runs})
 
 
-NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, gpu, collective, first_step_peak,
-                                   plan, budget, goodput, optimal, measured, memory_check, published, stacks)}
+NUMBERS = {f.__name__: f for f in (params, memory, fits, step, hit, bubble, flops, window, sink, gpu, collective,
+                                   first_step_peak, plan, budget, goodput, optimal, measured, memory_check, published,
+                                   stacks)}
 
 
 def render(name: str, kwargs: dict) -> str:

@@ -304,6 +304,6 @@ def attention_time(model: ModelSpec, par: ParallelConfig, kernel: str, gpu: GPUS
             plateau = causal_plateau(kernel, head_dim, table)
             lf, lb = (p * f for p, f in zip(plateau, window_fraction(model.window, gpu.name, kernel)))
         times = times[0] + share * local / (lf * scale), times[1] + 2.5 * share * local / (lb * scale)
-    if model.sinks and kernel in ("cudnn", "cudnn-2025"):
+    if model.sinks and FAMILY.get(kernel, kernel) == "cudnn":
         times = times[0], times[1] + SINK_BACKWARD * share * model.heads
     return times

@@ -63,8 +63,8 @@ EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
                "fp32": {"forward": (28, 2, 2), "backward": (40, 6, 4)}}
 # Both sequences move their bytes slower than a streaming kernel: their clamps read the strided
 # halves of their input and their products a broadcast bias and probability, and PyTorch runs such
-# operands on its non-vectorized element-wise path (elementwise_kernel<128, 4>: 71% of the clamp's
-# GPU time and half the bias's under torch.profiler). Timed on our H200 at the Megatron-Bridge
+# operands on its non-vectorized element-wise path (elementwise_kernel<128, 4> and its kin: four
+# fifths of the clamp's GPU time and half to two thirds of the bias's under torch.profiler). Timed on our H200 at the Megatron-Bridge
 # runs' shapes (benchmarks/sessions/gpt_oss_passes.py, validation/data/h100_harness/
 # gpt_oss_passes_h200.jsonl, call 19: each backward's gradients returned, as Megatron's non-leaf
 # inputs take them), each took these multiples of its traced bytes at the streaming rate, (forward,
