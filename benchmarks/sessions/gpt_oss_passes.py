@@ -1,7 +1,7 @@
 """The eager passes Megatron-Core runs for gpt-oss outside its fused kernels, timed on one GPU: the
 sequences in benchmarks/eager_ops.py, whose bytes the calculators count from PyTorch's trace.
 
-    PYTHONPATH=. python gpt_oss_passes.py OUT.jsonl [profile]
+    PYTHONPATH=. python gpt_oss_passes.py OUT.jsonl [profile|held]
 
 Shapes are one micro-batch of the Megatron-Bridge runs the validation scores: on H100, micro-batch 1
 of 4,096 tokens with EP 8 (16 local experts, 16,384 expert rows); on GB200, micro-batch 4 with EP
@@ -13,6 +13,9 @@ of 4,096 tokens with EP 8 (16 local experts, 16,384 expert rows); on GB200, micr
   32 (0.1 ln 32 + 1);
 - copy: a device-to-device copy of the largest input, for the rate a pass of plain reads and
   writes gets here.
+`held` times the same passes at shapes the paces were not fitted on: EP 32 with micro-batch 4 (4
+local experts, 65,536 rows; RoPE over 16,384 tokens) and EP 8 with micro-batch 2 (16 local experts,
+32,768 rows; RoPE over 8,192 tokens).
 Each timed forward and forward + backward (CUDA events, median of 5 batches after a warm-up). With
 `profile`, each forward + backward runs 5 times under torch.profiler instead, and each row gives its
 kernels' GPU time (their sum, and by kernel name): a pass whose kernels sum to less than its timed
@@ -29,6 +32,7 @@ from timing import timed as _timed
 
 H, F, HEADS, KV, D, S = 2880, 2880, 64, 8, 64, 4096
 CASES = {"H100 ep8 mbs1": (16384, 16, 1), "GB200 ep64 mbs4": (65536, 2, 4)}   # rows, local experts, batch
+HELD = {"ep32 mbs4": (65536, 4, 4), "ep8 mbs2": (32768, 16, 2)}
 
 
 def timed(fn):
@@ -74,7 +78,7 @@ def both_ways(fn, inputs):
     return timed(lambda: fn(*inputs)), timed(backward)
 
 
-def main(path):
+def main(path, cases=CASES):
     gpu = torch.cuda.get_device_name(0)
     mscale = 0.1 * math.log(32) + 1.0
     with open(path, "a") as f:
@@ -85,7 +89,7 @@ def main(path):
             print(json.dumps(row))
             f.write(json.dumps(row) + "\n")
             f.flush()
-        for case, (rows, local, batch) in CASES.items():
+        for case, (rows, local, batch) in cases.items():
             x = leaf(rows, 2 * F)
             record(case=case, part="clamp", shape=list(x.shape), **dict(zip(("fwd_s", "both_s"),
                                                                              both_ways(glu_clamp, (x,)))))
@@ -112,4 +116,4 @@ def main(path):
 
 if __name__ == "__main__":
     PROFILE = len(sys.argv) > 2 and sys.argv[2] == "profile"
-    main(sys.argv[1])
+    main(sys.argv[1], HELD if len(sys.argv) > 2 and sys.argv[2] == "held" else CASES)

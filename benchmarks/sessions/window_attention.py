@@ -1,7 +1,7 @@
 """Sliding-window attention on one GPU against the causal kernel it is costed as: the measurement
 behind calculators.time.attention's windowed layers.
 
-    python window_attention.py OUT.jsonl [seconds] [sweep|sink|flex]
+    python window_attention.py OUT.jsonl [seconds] [sweep|sink|sink-held|flex]
 
 Kernels, each timed forward and backward (CUDA events, median of 5 batches of back-to-back calls
 after a warm-up):
@@ -19,6 +19,7 @@ calculators' convention (flops.attention_flops) and cudnn-frontend's benchmark's
 `sink` times cuDNN with and without gpt-oss's learnable softmax (a per-head sink logit added to each
 softmax's denominator, Transformer Engine's softmax_type "learnable", which only its cuDNN backend
 runs), both in the same call, windowed and causal; its check compares the sink's gradient too.
+`sink-held` does the same at shapes the sink's cost was not fitted on (other lengths and windows).
 `flex` times FlexAttention and the SDPA causal kernel again (the sweep's first version accumulated
 their gradients into .grad, about 1 GB more traffic a backward, and timed that too).
 Before timing, one band case of each kernel is checked against a float32 reference on a slice of
@@ -215,13 +216,16 @@ def check(kernel, window=128, seq=4096, head_dim=64):
 
 
 SINK_CASES = ((64, 4096), (64, 32768), (128, 8192))   # (head dim, seq), each windowed at 128 and causal
+# (head dim, seq, window): none of them among SINK_CASES' pairs, for a check of the fitted constant
+SINK_HELD = ((64, 8192, 1024), (64, 16384, 128), (64, 16384, None), (128, 32768, 128), (128, 4096, 512))
 
 
 def main(path, seconds, which="sweep"):
     t0 = time.time()
     gpu = torch.cuda.get_device_name(0)
     kernels = []
-    makers = {"sink": (Cudnn, lambda: Cudnn(sink=True)), "flex": (lambda: Cudnn(sink=True), SdpaCudnn, Flex)}.get(
+    sinks = (Cudnn, lambda: Cudnn(sink=True))
+    makers = {"sink": sinks, "sink-held": sinks, "flex": (lambda: Cudnn(sink=True), SdpaCudnn, Flex)}.get(
         which, (Cudnn, SdpaCudnn, Flex))
     for make in makers:
         try:
@@ -245,6 +249,8 @@ def main(path, seconds, which="sweep"):
                 and (not flex or (hd == 64 and s in (4096, 32768) and w in (128, 1024, None)))]
         if which == "sink":
             plan = [(kn, hd, s, w) for hd, s in SINK_CASES for w in (128, None) for kn in kernels]
+        if which == "sink-held":
+            plan = [(kn, hd, s, w) for hd, s, w in SINK_HELD for kn in kernels]
         if which == "flex":      # FlexAttention again, its gradients returned rather than accumulated
             plan = [(kn, 64, s, w) for s in (4096, 32768) for kn in kernels if kn.name != "cudnn-sink"
                     for w in ((128, 1024, None) if kn.name == "flex" else (None,))]

@@ -189,7 +189,9 @@ FAMILY = {"cudnn-2025": "cudnn"}
 
 WINDOW_TILE = 128                                      # queries and keys per tile of a windowed layer
 WINDOW_COST = {"hopper": (1.58, 2.84), "blackwell": (5.84, 3.78)}   # a query tile's fixed cost in key tiles
-SINK_BACKWARD = 1.72e-9                                # s per query token per head, cuDNN's backward with sinks
+# s per query token per head, cuDNN's backward with sinks: six pairs of call 14; call 20's five held-out
+# shapes gave 1.62 to 1.73 ns windowed, 1.30 causal at 16k (validation/data/h100_harness/README.md)
+SINK_BACKWARD = 1.72e-9
 
 
 def window_fraction(window: float, gpu_name: str, kernel: str = "cudnn") -> tuple[float, float]:

@@ -70,7 +70,9 @@ EXPERT_BIAS = {"bf16": {"forward": (12, 2, 1), "backward": (16, 4, 3)},
 # inputs take them), each took these multiples of its traced bytes at the streaming rate, (forward,
 # backward): the clamp at 16,384 and 65,536 rows alike (1.80 and 1.78, 2.00 and 1.93), the bias at
 # 65,536 rows over 2 local experts (over 16, 1,024 rows each, its launches set the pace: the
-# kernels' floor). Measured on Hopper only; every GPU takes them, Blackwell's unmeasured.
+# kernels' floor). Held out (call 20): the clamp at 32,768 rows, the bias over 4 experts of 16,384
+# rows and q's RoPE at 8,192 tokens within 5%. Measured on Hopper only; every GPU takes them,
+# Blackwell's unmeasured.
 EAGER_PACE = {"clamp": (1.79, 1.97), "bf16": (1.38, 1.71), "fp32": (1.47, 1.34), "rope": (2.13, 1.95)}
 # RoPE scaled by YaRN (the model's yarn: gpt-oss), which Megatron applies unfused: its
 # position_embedding_type yarn turns rope fusion off (Megatron-LM's arguments, Megatron-Bridge's
