@@ -137,10 +137,14 @@ def test_context_parallel_chunks_run_at_their_own_length_mostly_unmasked():
     assert ring / one == pytest.approx(4 * per_flop / (1 / f4 + 2.5 / b4))
 
 
-def test_cudnn_at_head_dim_64_runs_at_our_measured_rates_both_ways():
-    """Our H100 rows of cuDNN at head dim 64 (validation/data/h100_harness/attention.jsonl, 1k to
-    64k tokens, causal and not, MHA and GQA): the calculators' rates within 5% at the median, forward
-    and backward apart (one forward ratio for both had put the backward 13% slow)."""
+@pytest.mark.parametrize("backend,kernel", [("cudnn", "cudnn"), ("flash", "fa2")])
+def test_head_dim_64_runs_at_our_measured_rates_both_ways(backend, kernel):
+    """Our H100 rows of cuDNN and of PyTorch's flash kernel (FA2) at head dim 64
+    (validation/data/h100_harness/attention.jsonl, 1k to 64k tokens, causal and not, MHA and GQA):
+    the calculators' rates within 5% at the median, forward and backward apart (one forward ratio
+    for both had put cuDNN's backward 13% slow). FA2's hd64/hd128 backward ratio in our rows is 0.93,
+    not the paper's 0.876, but its hd128 backward runs at 0.96 of the paper's table: their product,
+    what the calculators use, is what the hd64 rows measure (median 0.995), so the table stands."""
     import json
     import pathlib
     import statistics
@@ -148,9 +152,9 @@ def test_cudnn_at_head_dim_64_runs_at_our_measured_rates_both_ways():
     ratios = {"forward": [], "backward": []}
     for r in map(json.loads, data.read_text().splitlines()):
         c, m = r["config"], r.get("metrics", {})
-        if r.get("status") != "ok" or c["backend"] != "cudnn" or c["head_dim"] != 64 or c["seq"] < 1024:
+        if r.get("status") != "ok" or c["backend"] != backend or c["head_dim"] != 64 or c["seq"] < 1024:
             continue
-        fwd, bwd = attention.rates("cudnn", c["seq"], 64, causal=c["causal"])
+        fwd, bwd = attention.rates(kernel, c["seq"], 64, causal=c["causal"])
         ratios["forward"].append(m["forward_tflops"] / fwd)
         ratios["backward"].append(m["backward_tflops"] / bwd)
     assert len(ratios["forward"]) >= 10
