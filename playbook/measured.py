@@ -97,13 +97,30 @@ def _obj(x) -> dict:
     return x if isinstance(x, dict) else {}
 
 
-@lru_cache(maxsize=64)
 def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: str) -> tuple[list, list, list]:
-    """The (measured, predicted) points of the rows that match; cached per state of the files.
-    A row's fields are read defensively: whatever a schema-valid row holds, it is drawn or skipped."""
+    """The (measured, predicted) points of the rows that match the model and nodes filters. The
+    filters are applied on each call to the points cached per state of the files (a filter string
+    is a visitor's: caching on it let each new one keep another copy of an upload's points)."""
+    pts, before, undrawn, problems = _points(sources, upload, metric)
+
+    def kept(name: str, nodes: int) -> bool:
+        return not (model and model.lower() not in name.lower() or nodes_filter != "all" and str(nodes) != nodes_filter)
+    chosen = [p for p in pts if kept(p["model"], p["nodes"])]
+    before_fix, not_drawn = sum(kept(*k) for k in before), sum(kept(*k) for k in undrawn)
+    note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
+            "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
+    note += [f"{not_drawn} of your rows: their {metric} or its prediction is missing or not a positive number "
+             f"from {NUMBER_RANGE[0]:g} to {NUMBER_RANGE[1]:g}"] if not_drawn else []
+    return chosen, note, list(problems)
+
+
+@lru_cache(maxsize=4)
+def _points(sources: tuple, upload: tuple, metric: str) -> tuple[tuple, tuple, tuple, tuple]:
+    """Every drawable point of the files for `metric`, with (model, nodes) of the rows skipped as
+    measured before nanotron's PP fix and of the visitor's rows that cannot be drawn. A row's fields
+    are read defensively: whatever a schema-valid row holds, it is drawn or skipped."""
     rows, problems = load_rows(sources, upload)
-    v = {"metric": metric, "model": model, "nodes": nodes_filter}
-    pts, before_fix, undrawn = [], 0, 0
+    pts, before_fix, undrawn = [], [], []
     for r in rows:
         if r["suite"] != "train" or r["status"] != "ok":
             continue
@@ -111,13 +128,11 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
         name = str(_obj(sc.get("model")).get("name", ""))[:100]
         nodes = _obj(sc.get("hardware")).get("nodes", 1)
         nodes = int(nodes) if _number(nodes) and float(nodes).is_integer() else 1
-        if v["model"] and v["model"].lower() not in name.lower() or v["nodes"] != "all" and str(nodes) != v["nodes"]:
-            continue
         pp = _obj(sc.get("parallel")).get("pp", 1)
         if metric == "tokens/s/GPU" and _obj(r["config"]).get("after_pp_fix") is False and _number(pp) and pp > 1:
-            before_fix += 1                          # nanotron's multi-node PP bug, not the model's error
+            before_fix.append((name, nodes))          # nanotron's multi-node PP bug, not the model's error
             continue
-        got, want = _value(r, v["metric"])
+        got, want = _value(r, metric)
         got, want = _number(got), _number(want)
         if got and want:
             release = _obj(r["config"]).get("release")
@@ -127,12 +142,8 @@ def match(sources: tuple, upload: tuple, metric: str, model: str, nodes_filter: 
                         "series": escape.plot(f"published: {str(release)[:80]}") if release else "",
                         "yours": r.get("_yours") is True})
         elif r.get("_yours") is True:
-            undrawn += 1
-    note = [f"{before_fix} pipeline-parallel runs made before nanotron's multi-node PP fix: they measured "
-            "that bug (the data's README: compare PP runs within one value of after_pp_fix)"] if before_fix else []
-    note += [f"{undrawn} of your rows: their {metric} or its prediction is missing or not a positive number "
-             f"from {NUMBER_RANGE[0]:g} to {NUMBER_RANGE[1]:g}"] if undrawn else []
-    return pts, note, list(problems)
+            undrawn.append((name, nodes))
+    return tuple(pts), tuple(before_fix), tuple(undrawn), tuple(problems)
 
 
 def _label(row: dict, name: str) -> str:

@@ -1,4 +1,7 @@
 """The benchmark explorer: measured runs by node count, published tables as their own series."""
+import pytest
+
+from calculators.specs.errors import ConfigError
 from playbook.widgets import explorer
 
 
@@ -99,3 +102,31 @@ def test_a_visitors_runs_are_their_own_orange_stars_with_their_own_error():
     assert len(mine) == 1 and len(mine[0]["x"]) == 1 and mine[0]["marker"]["symbol"] == "star"
     assert fig["data"].index(mine[0]) == max(i for i, t in enumerate(fig["data"]) if t.get("type") == "scattergl")
     assert text.startswith("Raspberry stars: **your 1 run**; median |predicted/measured - 1| = ")
+
+
+def test_new_filter_strings_on_an_upload_keep_no_new_copies_of_its_points():
+    """A visitor's filter text is not a cache key: 40 model filters over one upload of 3,000 drawable
+    rows hold about what one does (each had kept its own list of the points, 48 MB a filter on a
+    28 MB upload). Hits are still counted right per filter."""
+    import json
+    import os
+    import tracemalloc
+
+    row = {"schema": 1, "suite": "train", "status": "ok", "metrics": {"tokens_per_s_per_gpu": 1000.0},
+           "prediction": {"step": {"tokens_per_s_per_gpu": 1100.0}},
+           "config": {"scenario": {"model": {"name": "m" * 100}, "hardware": {"nodes": 1}, "parallel": {"dp": 1}}}}
+    path = _upload("many_filters.jsonl", "\n".join(json.dumps(row) for _ in range(3000)).encode())
+    try:
+        explorer.compute({"metric": "tokens/s/GPU", "model": "m", "nodes": "all", "upload": path})
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(2, 42):
+            _, text = explorer.compute({"metric": "tokens/s/GPU", "model": "m" * i, "nodes": "all", "upload": path})
+            assert "3,000" in text or "3000" in text, text[:300]
+        grown = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        assert grown < 5e6, grown
+        with pytest.raises(ConfigError, match="no measured rows match"):     # 101 characters: a name holds 100
+            explorer.compute({"metric": "tokens/s/GPU", "model": "m" * 101, "nodes": "all", "upload": path})
+    finally:
+        os.remove(path)
