@@ -32,9 +32,12 @@ def _entities(text: str) -> str:
 
 def md(text, limit: int = LIMIT) -> str:
     """`text` as literal characters inside Gradio Markdown: HTML tags become text, Markdown's
-    punctuation is backslash-escaped (no emphasis, link, image or code span), and a URL is not
-    turned into a link."""
+    punctuation is backslash-escaped (no emphasis, link, image or code span), no "$$" opens math,
+    and a URL is not turned into a link."""
     text = _MD_SPECIAL.sub(r"\\\1", _entities(_cut(text, limit)))
+    # "$$" opens display math where a Markdown renders it (KaTeX reads the page's text, so an entity
+    # would not stop it): a zero-width space keeps two dollars from reading as one delimiter
+    text = text.replace("$", "$\u200b")
     return text.replace("://", ":&#47;&#47;").replace("www.", "www&#46;")
 
 

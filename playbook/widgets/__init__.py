@@ -378,7 +378,7 @@ def simple_widget(wid: str, params: dict, spec: dict, fn, label: str) -> Widget:
     with gr.Group():
         controls, defaults = controls_row(params, spec)
         plot = gr.Plot(label=label)
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), fn, [plot, text])
 
 

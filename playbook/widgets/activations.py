@@ -42,5 +42,5 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=("model", "tp", "sp", "cp", "mbs", "seq"))
         plot = gr.Plot(label="activation memory")
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), compute, [plot, text])

@@ -114,7 +114,7 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = controls_row(params, CONTROLS)
         plot = gr.Plot(label="days, cost and goodput vs GPUs")
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     # one search at a time, as the planner's: a size not yet planned holds a core for up to seconds
     # one call plans every cluster size of the range (DeepSeek-V3 from 512 to 8,192 GPUs: about 11 s
     # on a 2-core machine); one at a time, so a visitor cannot hold more than one worker with it

@@ -94,5 +94,5 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = controls_row(params, CONTROLS)
         plot = gr.Plot(label="measured vs predicted")
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), compute, [plot, text])

@@ -57,5 +57,5 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=KEYS)
         plot = gr.Plot(label="memory per GPU")
-        summary = gr.Markdown()
+        summary = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), compute, [plot, summary])

@@ -131,6 +131,6 @@ def build_roofline(wid: str, params: dict) -> Widget:
         controls, defaults = scenario_controls(params, ("model", "gpu", "tp", "mbs", "seq"),
                                                show=("model", "gpu", "tp", "mbs", "seq"))
         plot = gr.Plot(label="roofline")
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), roof_compute, [plot, text])
 

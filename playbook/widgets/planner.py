@@ -79,7 +79,7 @@ def build(wid: str, params: dict) -> Widget:
                              # widths in pixels, not shares of the screen: on a phone the table
                              # scrolls sideways instead of splitting "1,192" a digit per line
                              column_widths=[36, 520, 70, 100, 64, 86, 70])
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
         code = gr.Code(label="export", language="shell")
     # One search at a time: a search holds the interpreter for up to seconds, and several at once
     # slow every other widget (20 clients hammering the planner put a cheap widget's p95 at 0.85 s

@@ -83,7 +83,7 @@ def _build(wid, params, keys, show, fn, label):
     with gr.Group():
         controls, defaults = scenario_controls(params, keys, show=show)
         plot = gr.Plot(label=label)
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), fn, [plot, text])
 
 

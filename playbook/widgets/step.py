@@ -51,6 +51,7 @@ def compute(v: dict):
 def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=SHOW)
-        text = gr.Markdown()        # above the plot: with many controls a message below it is off-screen
+        # above the plot: with many controls a message below it is off-screen
+        text = gr.Markdown(latex_delimiters=[])
         plot = gr.Plot(label="step time breakdown")
     return wire(Widget(wid, controls, defaults), compute, [plot, text])

@@ -33,5 +33,5 @@ def build(wid: str, params: dict) -> Widget:
     with gr.Group():
         controls, defaults = scenario_controls(params, KEYS, show=("model", "zero", "recompute", "framework", "mbs"))
         plot = gr.Plot(label="memory through a step")
-        text = gr.Markdown()
+        text = gr.Markdown(latex_delimiters=[])
     return wire(Widget(wid, controls, defaults), compute, [plot, text])

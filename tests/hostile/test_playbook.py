@@ -119,7 +119,18 @@ def test_escape_leaves_no_markup():
     assert "](" not in escape.md("[x](javascript:alert(1))")
     assert "://" not in escape.md("see https://example.invalid")
     assert escape.plot("<a href='x'>t</a>") == "&lt;a href='x'&gt;t&lt;/a&gt;"
-    assert len(escape.md("x" * 10_000)) <= escape.LIMIT + 1
+    assert len(escape.md("x" * 10_000)) <= escape.LIMIT + 2
+    assert "$$" not in escape.md("$$LOSS^{100}_{PAID}$$")         # no display math from a shared link
+
+
+def test_widget_text_renders_no_math():
+    """The widgets' answers quote what a visitor sent: their Markdown turns no delimiter into KaTeX
+    (Gradio's default renders $$...$$), whatever md() let through."""
+    demo = gr.Blocks()
+    ui.build(demo)
+    outputs = [b for b in demo.blocks.values() if isinstance(b, gr.Markdown) and b.value in ("", None)]
+    assert len(outputs) >= 10
+    assert all(b.latex_delimiters == [] for b in outputs), [b.latex_delimiters for b in outputs]
 
 
 @pytest.mark.parametrize("wid, changes, says", [
