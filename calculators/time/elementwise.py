@@ -87,6 +87,32 @@ EAGER_PACE = {"clamp": (1.79, 1.97), "bf16": (1.38, 1.71), "fp32": (1.47, 1.34),
 ROPE_UNFUSED = {"forward": (24, 44, 12), "backward": (28, 0, 7)}
 
 
+# PyTorch's ring attention (torchtitan's context parallelism, torch.distributed.tensor.experimental's
+# _templated_ring_attention) merges each ring step's partial output into the running one in fp32
+# (sigmoid/logsigmoid of the logsumexp difference) and, backward, accumulates dq, dk and dv in fp32,
+# concatenating dk and dv to send them on: eager passes outside the attention kernels. Bytes per
+# element of the rank's q, of its k (v's bytes with them) and of its logsumexp (query tokens x
+# heads): (for the ring, for each step past the first), and kernels (the same), on the rank whose
+# steps all take the whole q (the last; the first's take half of it and move 15 to 25% less
+# forward, and with GQA up to 6% more backward). From PyTorch's trace of its own code with the communication taken out
+# (benchmarks/ring_local.py, tests/calculators/test_ring_merges.py); at the streaming rate they came
+# within 25% of the time they added on our H100 (call 21). Compiled, Inductor fuses them: not costed.
+RING_MERGE = {"forward": {"q": (12, 38), "kv": (0, 8), "lse": (0, 60), "kernels": (2, 10)},
+              "backward": {"q": (16, 10), "kv": (48, 50), "lse": (0, 0), "kernels": (6, 7)}}
+
+
+def ring_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
+    """(bytes, kernels) PyTorch's eager ring attention adds for `tokens` tokens of a micro-batch on
+    one GPU (mbs * seq / cp) under context parallelism (RING_MERGE); megatron's CP is Transformer
+    Engine's, deepspeed's Ulysses."""
+    if par.cp == 1 or par.framework != "fsdp2" or elementwise_kernels(par) != "eager":
+        return 0.0, 0
+    r, steps = RING_MERGE[way], par.cp - 1
+    nbytes = tokens / par.tp * sum((r[k][0] + r[k][1] * steps) * width for k, width in
+                                   (("q", model.q_dim), ("kv", model.kv_dim), ("lse", model.heads)))
+    return nbytes, r["kernels"][0] + r["kernels"][1] * steps
+
+
 def _fused_experts(par: ParallelConfig) -> bool:
     """Whether the experts' element-wise work runs inside fused kernels (torch.compile, or
     Transformer Engine's fused grouped MLP)."""
@@ -228,7 +254,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
         mlp, kernels = mlp + glu, kernels + glu_kernels
         attn = tokens * (cq * model.q_dim + ckv * model.kv_dim) / t + cd * tokens * model.head_dim
         rope, rope_kernels = rope_extras(model, par, tokens, way)
-        attn, kernels = attn + rope, kernels + rope_kernels
+        ring, ring_kernels = ring_extras(model, par, tokens, way)
+        attn, kernels = attn + rope + ring, kernels + rope_kernels + ring_kernels
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
         out[way] = (nbytes + extra, kernels + (permute_kernels[way] if permute else 0) + extra_kernels)
