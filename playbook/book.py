@@ -44,7 +44,11 @@ class Chapter:
 
 
 def _kwargs(text: str) -> dict:
-    return dict(pair.split("=", 1) for pair in text.split())
+    pairs = [pair.split("=", 1) for pair in text.split()]
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a setting is given twice: {' '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    return dict(pairs)
 
 
 def fill_numbers(text: str, where: str) -> str:

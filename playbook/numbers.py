@@ -87,7 +87,12 @@ def flops(model: str, seq: str = "4096") -> str:
 def window(w: str = "128", gpu: str = "H100-80GB", kernel: str = "cudnn") -> str:
     """A layer attending within `w` keys: its rate over the pairs it attends as a fraction of the
     kernel's causal plateau (attention.window_fraction), forward and backward."""
-    fwd, bwd = window_fraction(int(w), gpu, kernel)
+    from calculators.specs.parallel import ATTENTION_KERNELS
+    if kernel not in ATTENTION_KERNELS[1:]:
+        raise ValueError(f"kernel {kernel!r} must be one of {', '.join(ATTENTION_KERNELS[1:])}")
+    if int(w) < 1:
+        raise ValueError(f"w must be a window of 1 key or more (got {w})")
+    fwd, bwd = window_fraction(int(w), gpu_from_name(gpu).name, kernel)
     return f"{fwd:.2f} forward and {bwd:.2f} backward"
 
 

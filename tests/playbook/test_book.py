@@ -58,6 +58,11 @@ def test_directives_fail_loudly_and_code_blocks_stay_text():
         book.parse(head + "x {{ nope a=1 }}\n")
     with pytest.raises(ValueError, match="unfilled placeholder"):
         book.parse(head + "x {{ memory model=llama3-8b\n")
+    # a window tag names a real GPU and kernel and a window of a key or more, each setting once
+    for bad, says in (("gpu=GB20", "unknown GPU"), ("kernel=bogus", "must be one of"), ("w=0", "1 key or more"),
+                      ("w=-875 gpu=GB200", "1 key or more"), ("w=128 w=256", "given twice")):
+        with pytest.raises(ValueError, match=says):
+            book.parse(head + "x {{ window " + (bad if bad.startswith("w=") else "w=128 " + bad) + " }}\n")
     ch = book.parse(head + "text\n\n```\n{{ widget memory }}\n```\n\n{{ widget schedule p=8 }}\n")
     assert [s[0] for s in ch.segments] == ["text", "widget"] and ch.segments[1][2] == {"p": "8"}
 
