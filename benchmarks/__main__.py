@@ -73,11 +73,28 @@ def cmd_collectives(ns) -> int:
     g, device = _device_and_grid(ns.device)
     rows = []
     from .collectives import cases
-    for case in cases(ns.ops.split(","), [int(float(s)) for s in ns.sizes.split(",")], g, ns.iters):
+    for case in cases(ns.ops.split(","), _sizes(ns.sizes), g, ns.iters):
         rows.append(run_case("collectives", case, ns.out, g, device))
         if g.rank == 0:
             print(summary(rows[-1]))
     return _finish(rows)
+
+
+def _sizes(text: str) -> list[int]:
+    """--sizes: message sizes in bytes, 1 to 2**40 each (1e6 and 16000000 alike)."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            n = float(part)
+        except ValueError:
+            n = 0.0
+        if not 1 <= n <= 2**40:
+            raise ConfigError(f"--sizes must list message sizes in bytes from 1 to 2**40, e.g. 1e6,2.56e8 "
+                              f"(got {part[:40]!r})")
+        out.append(int(n))
+    if not out:
+        raise ConfigError("--sizes must list at least one message size in bytes, e.g. 1e6,2.56e8")
+    return out
 
 
 def cmd_gemm(ns) -> int:
@@ -118,6 +135,8 @@ def cmd_moe(ns) -> int:
 
 def cmd_memory(ns) -> int:
     from .memory import run_memory
+    if not 1 <= ns.world <= 1 << 20:
+        raise ConfigError(f"--world must be the layout's total ranks, 1 to {1 << 20:,} (got {ns.world})")
     row = run_memory(cfg.from_args(ns), ns.world, ns.rank, ns.out)
     print(json.dumps({"status": row["status"], "error": row.get("error", ""), "metrics": row["metrics"],
                       "prediction": row["prediction"].get("memory", row["prediction"])}, indent=1))
@@ -126,6 +145,8 @@ def cmd_memory(ns) -> int:
 
 def cmd_smoke(ns) -> int:
     from .smoke import smoke
+    if not 1 <= ns.nproc <= 64:
+        raise ConfigError(f"--nproc must be a number of processes from 1 to 64 (got {ns.nproc})")
     return smoke(ns.device, ns.out, ns.nproc)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -74,6 +75,9 @@ class RunSpec:
     def __post_init__(self):
         if isinstance(self.split, (list, str)):
             split = self.split.split(",") if isinstance(self.split, str) else self.split
+            if not all(re.fullmatch(r"\s*[0-9]{1,7}\s*", str(x)) for x in split if str(x).strip()):
+                raise ConfigError("split must list whole numbers of layers per stage, e.g. 4,4 "
+                                  f"(got {str(self.split)[:80]!r})")
             object.__setattr__(self, "split", tuple(int(x) for x in split if str(x).strip()))
         if isinstance(self.recompute_ranks, (list, str)):
             modes = self.recompute_ranks.split(",") if isinstance(self.recompute_ranks, str) else self.recompute_ranks
@@ -102,6 +106,8 @@ class RunSpec:
                      "replicated or sharded by FSDP)")
         if self.steps < 1 or self.warmup < 0:
             p.append("steps must be >= 1 and warmup >= 0")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < 1e3):   # nan fails both comparisons
+            p.append(f"lr must be a learning rate above 0 and below 1,000 (got {self.lr!r})")
         if p:
             raise ConfigError(p)
 
@@ -188,7 +194,10 @@ def read_configs(path: str | Path) -> list[dict]:
 def numbered_configs(path: str | Path) -> list[tuple[str, dict]]:
     """The configs of a sweep file, each with where it sits ("configs.jsonl:3", or "configs.json:
     config 3" in a JSON list), so that a message about one config can name its line."""
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the sweep file {str(path)[:200]}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
         if isinstance(data, list):

@@ -118,3 +118,23 @@ def test_gemm_and_attention_size_lists_refuse_what_is_not_a_whole_number():
             call()
     assert [c["kv_heads"] for c in attention.cases("1024", "128", "1,8", "flash")] == [16, 2]
     assert {c["n"] for c in gemm.cases("", ["bf16"], 1, "llama3-8b", "8")} == {768, 4096, 3584}
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["train", "--split", "a,b", "--device", "cpu"], "split must list whole numbers"),
+    (["train", "--lr", "nan", "--device", "cpu"], "lr must be a learning rate"),
+    (["memory", "--world", "0", "--device", "cpu"], "--world must be"),
+    (["memory", "--world", "99999999999999999999", "--device", "cpu"], "--world must be"),
+    (["collectives", "--sizes", "abc"], "--sizes must list"),
+    (["collectives", "--sizes", "1e400"], "--sizes must list"),
+    (["sweep", "/nonexistent/configs.jsonl", "--out", "x.jsonl"], "cannot read the sweep file"),
+    (["launch", "/nonexistent/configs.jsonl", "--out", "x", "--dry-run"], "cannot read the sweep file"),
+    (["smoke", "--nproc", "0"], "--nproc must be"),
+])
+def test_bad_arguments_get_a_message_and_exit_2(argv, says, capsys, tmp_path, monkeypatch):
+    """Each had ended in a traceback (ValueError, ZeroDivisionError, OverflowError, FileNotFoundError,
+    AssertionError), found by a fuzzing review; nothing runs."""
+    from benchmarks.__main__ import main
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
