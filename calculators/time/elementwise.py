@@ -90,27 +90,44 @@ ROPE_UNFUSED = {"forward": (24, 44, 12), "backward": (28, 0, 7)}
 # PyTorch's ring attention (torchtitan's context parallelism, torch.distributed.tensor.experimental's
 # _templated_ring_attention) merges each ring step's partial output into the running one in fp32
 # (sigmoid/logsigmoid of the logsumexp difference) and, backward, accumulates dq, dk and dv in fp32,
-# concatenating dk and dv to send them on: eager passes outside the attention kernels. Bytes per
-# element of the rank's q, of its k (v's bytes with them) and of its logsumexp (query tokens x
-# heads): (for the ring, for each step past the first), and kernels (the same), on the rank whose
-# steps all take the whole q (the last; the first's take half of it and move 15 to 25% less
-# forward, and with GQA up to 6% more backward). From PyTorch's trace of its own code with the communication taken out
-# (benchmarks/ring_local.py, tests/calculators/test_ring_merges.py); at the streaming rate they came
-# within 25% of the time they added on our H100 (call 21). Compiled, Inductor fuses them: not costed.
-RING_MERGE = {"forward": {"q": (12, 38), "kv": (0, 8), "lse": (0, 60), "kernels": (2, 10)},
-              "backward": {"q": (16, 10), "kv": (48, 50), "lse": (0, 0), "kernels": (6, 7)}}
+# concatenating dk and dv to send them on: eager passes outside the attention kernels. It also
+# makes k and v contiguous (torchtitan hands them over as (batch, heads, seq, dim) views of
+# (batch, seq, heads, dim): a copy each, forward and backward) and zero-fills its fp32 gradient
+# buffers. Bytes per element of the rank's q, of its k (v's bytes with them) and of its logsumexp
+# (query tokens x heads): (for the ring, for each step past the first), and kernels (the same), on
+# the rank whose steps all take the whole q (the last; the first's take half of it and move 19 to
+# 27% less forward, and with GQA up to 6% more backward). From PyTorch's trace of its own code with
+# the communication taken out (benchmarks/ring_local.py, tests/calculators/test_ring_merges.py),
+# k and v laid out as torchtitan passes them; the trace counts no zero-fill, which RING_ZERO_FILL
+# adds (4 bytes an element of each fp32 buffer, backward). K and V are the model's kv heads, as
+# torchtitan passes them since its SDPA takes enable_gqa; before (2024 to mid-2025) its repeat_kv
+# widened them to the query heads first, which this does not cost (2.5 times the backward's bytes
+# at Llama 3 8B's 4:1). The lse term includes a 4-byte buffer a CPU's log_sigmoid keeps and a
+# GPU's does not (under 0.1% of the total). At the streaming rate the merges came within 25% of
+# the time they added on our H100 (call 21: k and v contiguous there, without the copies).
+# Compiled, Inductor fuses them: not costed.
+RING_MERGE = {"forward": {"q": (12, 38), "kv": (8, 8), "lse": (0, 60), "kernels": (4, 10)},
+              "backward": {"q": (16, 10), "kv": (72, 50), "lse": (0, 0), "kernels": (10, 7)}}
+RING_LAYOUT_COPY = {"forward": (8, 2), "backward": (24, 4)}     # of RING_MERGE's kv base: (bytes, kernels)
+RING_ZERO_FILL = {"q": 4, "kv": 8, "kernels": 3}                # backward: dq, and dk with dv, in fp32
 
 
 def ring_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) -> tuple[float, int]:
     """(bytes, kernels) PyTorch's eager ring attention adds for `tokens` tokens of a micro-batch on
-    one GPU (mbs * seq / cp) under context parallelism (RING_MERGE); megatron's CP is Transformer
-    Engine's, deepspeed's Ulysses."""
+    one GPU (mbs * seq / cp) under context parallelism (RING_MERGE, RING_ZERO_FILL); megatron's CP
+    is Transformer Engine's, deepspeed's Ulysses. A stack on Transformer Engine's modules
+    (elementwise="fused") runs Transformer Engine's; a Liger stack on PyTorch's CP would pay them
+    and is not told apart."""
     if par.cp == 1 or par.framework != "fsdp2" or elementwise_kernels(par) != "eager":
         return 0.0, 0
     r, steps = RING_MERGE[way], par.cp - 1
-    nbytes = tokens / par.tp * sum((r[k][0] + r[k][1] * steps) * width for k, width in
-                                   (("q", model.q_dim), ("kv", model.kv_dim), ("lse", model.heads)))
-    return nbytes, r["kernels"][0] + r["kernels"][1] * steps
+    per_token = sum((r[k][0] + r[k][1] * steps) * width for k, width in
+                    (("q", model.q_dim), ("kv", model.kv_dim), ("lse", model.heads)))
+    kernels = r["kernels"][0] + r["kernels"][1] * steps
+    if way == "backward":
+        per_token += RING_ZERO_FILL["q"] * model.q_dim + RING_ZERO_FILL["kv"] * model.kv_dim
+        kernels += RING_ZERO_FILL["kernels"]
+    return tokens / par.tp * per_token, kernels
 
 
 def _fused_experts(par: ParallelConfig) -> bool:

@@ -142,9 +142,10 @@ def test_head_dim_64_runs_at_our_measured_rates_both_ways(backend, kernel):
     """Our H100 rows of cuDNN and of PyTorch's flash kernel (FA2) at head dim 64
     (validation/data/h100_harness/attention.jsonl, 1k to 64k tokens, causal and not, MHA and GQA):
     the calculators' rates within 5% at the median, forward and backward apart (one forward ratio
-    for both had put cuDNN's backward 13% slow). FA2's hd64/hd128 backward ratio in our rows is 0.93,
-    not the paper's 0.876, but its hd128 backward runs at 0.96 of the paper's table: their product,
-    what the calculators use, is what the hd64 rows measure (median 0.995), so the table stands."""
+    for both had put cuDNN's backward 13% slow). FA2's hd64/hd128 backward ratio in our rows is
+    0.92 to 0.93, not the paper's 0.876, but its hd128 backward runs at 0.96 of the paper's table:
+    their product, what the calculators use, is what the hd64 rows measure (median 0.995), so the
+    table stands."""
     import json
     import pathlib
     import statistics
