@@ -17,9 +17,10 @@ times in how many they move:
 Which one a layout runs is kernels.elementwise_kernels' (`parallel.elementwise` overrides it: a
 PyTorch-native stack on Transformer Engine's or Liger's modules is fused without compiling; an
 eager Megatron or nanotron is counted with torchtitan's eager ops).
-PyTorch 2.8 added a fused rms_norm CUDA kernel (pytorch pull request 153666): the eager counts
-describe the PyTorch of the published torchtitan runs (2.4 to 2.7); on 2.8 and later an eager
-stack's norms cost about what a fused one's do.
+Hugging Face's move their bytes at a measured pace (EAGER_STACK_PACE). PyTorch 2.8 added a fused
+rms_norm CUDA kernel (pytorch pull request 153666): the eager counts describe the PyTorch of the
+published torchtitan runs (2.4 to 2.7); on 2.8 and later an eager torchtitan block's element-wise
+work took about half the time they give (call 22).
 
 Coefficients: bytes per token per unit of width, for h (applied to the tokens of the norm
 regions, T/tp with sequence parallelism), q_dim and kv_dim (T tokens, sharded by tp), the MLP's
@@ -39,6 +40,20 @@ EAGER = {
     "fsdp2": {"forward": ((92, 20, 20, 10, 8), 26), "backward": ((248, 20, 20, 18, 24), 50)},
     "deepspeed": {"forward": ((84, 20, 20, 10, 8), 30), "backward": ((224, 32, 32, 18, 4), 56)},
 }
+# The eager tables' passes move their bytes slower than a stream, as the gpt-oss sequences below
+# do: timed on our H200 (call 22, benchmarks/sessions/eager_blocks.py, the blocks of
+# tests/calculators/reference_eager.py under torch.profiler), the GPU time of every kernel that is
+# not a GEMM or attention, forward and backward, against EAGER's bytes at the streaming rate.
+# Hugging Face's block (deepspeed) took 1.43 and 1.22 times it (fitted on Llama 3 8B at 8,192
+# tokens; Llama 3 8B at 4,096 and Llama 3.2 1B at 16,384, held out, within 4%), a quarter of it in
+# PyTorch's non-vectorized element-wise kernels (elementwise_kernel<128, 4> and <128, 2>), which run
+# strided and broadcast operands, as rotate_half's halves and the broadcast cos and sin are. Its
+# norm and RoPE are Python in every version. torchtitan's (fsdp2) is not paced: with the composite
+# norm of PyTorch 2.7 and earlier, which the table counts, it took 1.19 to 1.24 and 1.06 to 1.10
+# times it; since PyTorch 2.8 a GPU's nn.RMSNorm is one fused kernel and it took 0.55 and 0.43.
+# The calculators do not know the PyTorch version, so the table's own bytes stand between the two.
+# Measured on Hopper only.
+EAGER_STACK_PACE = {"deepspeed": (1.43, 1.22)}
 # a 2-matrix MLP (GELU): the activation reads and writes the intermediate once forward (2 + 2
 # bytes), backward twice that; no product kernel
 GELU = {"forward": 4, "backward": 8}
@@ -249,7 +264,9 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     t = par.tp
     t_sp = tokens / t if par.sp else tokens
     # eager ops as torchtitan writes them, or as Hugging Face's modules do under DeepSpeed
-    table = EAGER.get(par.framework, EAGER["fsdp2"]) if elementwise_kernels(par) == "eager" else FUSED
+    eager = elementwise_kernels(par) == "eager"
+    stack = par.framework if par.framework in EAGER else "fsdp2"
+    table = EAGER[stack] if eager else FUSED
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
@@ -265,6 +282,9 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
     out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
+        if eager and stack in EAGER_STACK_PACE:
+            pace = EAGER_STACK_PACE[stack][("forward", "backward").index(way)]
+            ch, cq, ckv, cf, cd = (c * pace for c in (ch, cq, ckv, cf, cd))
         mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local
         mlp += permute[way] if permute else 0.0
         glu, glu_kernels = glu_extras(model, par, tokens, way) if moe_layer else (0.0, 0)

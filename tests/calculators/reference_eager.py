@@ -121,6 +121,24 @@ class TitanBlockCuda(TitanBlock):
         self.attention_norm, self.ffn_norm = CudaRMSNorm(h, eps=1e-5), CudaRMSNorm(h, eps=1e-5)
 
 
+class CompositeRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm as PyTorch 2.4 to 2.7 ran it on a GPU (and every version on a CPU): ATen's
+    composite rms_norm, op by op (upcast, pow, mean, add eps, rsqrt, multiply, weight, downcast)."""
+
+    def forward(self, x):
+        xf = x.to(torch.float32)
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).type_as(x)
+
+
+class TitanBlockComposite(TitanBlock):
+    """torchtitan's block with the norms PyTorch 2.7 and earlier ran: what EAGER["fsdp2"] counts, on
+    any device (on 2.8 and later a GPU's nn.RMSNorm is one fused kernel)."""
+
+    def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
+        super().__init__(h, heads, kv_heads, ffn, head_dim)
+        self.attention_norm, self.ffn_norm = CompositeRMSNorm(h, eps=1e-5), CompositeRMSNorm(h, eps=1e-5)
+
+
 class _HFNorm(nn.Module):
     def __init__(self, h):
         super().__init__()
