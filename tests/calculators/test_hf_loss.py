@@ -1,0 +1,37 @@
+"""The eager loss over the logits (fp32 upcast, F.cross_entropy), as Hugging Face's models and an
+uncompiled torchtitan run it: its bytes from PyTorch's trace, and the GPU time our H200 took for it
+(call 24, benchmarks/sessions/hf_loss.py). The calculators' 8 and 8 bytes per logit
+(kernels.loss_bytes_per_logit("eager")) are known to be low (validation/data/h100_harness/README.md,
+call 24): this holds the counts a fix will rest on."""
+import json
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from tests.calculators.reference_eager import _Bytes
+
+DATA = pathlib.Path(__file__).parents[2] / "validation" / "data" / "h100_harness" / "hf_loss_h200.jsonl"
+
+
+def test_the_eager_loss_moves_its_traced_bytes_at_about_the_streaming_rate():
+    with FakeTensorMode():
+        logits = torch.randn(256, 4096, dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, 4096, (256,))
+        with _Bytes() as fwd:
+            loss = F.cross_entropy(logits.float(), labels)
+        with _Bytes() as bwd:
+            loss.backward()
+    traced = fwd.bytes / logits.numel(), bwd.bytes / logits.numel()
+    assert traced == (pytest.approx(18, abs=0.01), pytest.approx(26, abs=0.01))
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    assert len(rows) == 3
+    for r in rows:
+        logits_n = r["tokens"] * r["vocab"]
+        rate = 3.73e12                    # the H200's device-to-device copy in the same sessions (calls 22, 23)
+        forward = r["fwd_rest_s"] * rate / logits_n
+        backward = (r["rest_s"] - r["fwd_rest_s"]) * rate / logits_n
+        # the softmax reads its input twice forward (25 against 18); backward about the trace (24 against 26)
+        assert 1.3 < forward / traced[0] < 1.5 and 0.85 < backward / traced[1] < 1.0, (r, forward, backward)
