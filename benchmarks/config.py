@@ -154,7 +154,8 @@ class RunSpec:
                               precision="fp8" if self.precision == "fp8" else "bf16",
                               framework="fsdp2", split=self.split or self._v_split(),
                               recompute_ranks=ranks, compile=self.compile,
-                              loss="eager")       # torch.compile wraps the blocks only (parallelize.py)
+                              loss="eager",       # torch.compile wraps the blocks only (parallelize.py)
+                              elementwise="eager-fused-norm" if not self.compile and _fused_rms_norm() else "")
 
     def _v_split(self) -> tuple:
         """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)
@@ -184,6 +185,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def from_args(ns: argparse.Namespace) -> RunSpec:
     return RunSpec(**{f.name: getattr(ns, f.name) for f in fields(RunSpec)})
+
+
+def _fused_rms_norm() -> bool:
+    """Whether this PyTorch runs nn.RMSNorm as one fused kernel on a GPU (2.8 and later): the
+    harness's eager blocks are then costed with kernels.elementwise_kernels' "eager-fused-norm"."""
+    import torch
+    major, minor = (int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    return (major, minor) >= (2, 8)
 
 
 def read_configs(path: str | Path) -> list[dict]:

@@ -72,9 +72,15 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
       with fp32_upcast false): the log-softmax reads and writes bf16 (2 + 2); backward the loss's
       gradient is written (2) and the log-softmax's backward reads it and its output and writes the
       logits' gradient (2 + 2 + 2).
-    - the others: 8 and 8, about four fp32 passes. NVIDIA's Megatron recipes turn on
-      cross_entropy_loss_fusion (one fused kernel each way); DeepSpeed's eager loss has not been
-      counted pass by pass.
+    - eager (Hugging Face's loss function, torchtitan without compile): F.cross_entropy on an fp32
+      upcast of the bf16 logits. PyTorch's trace counts 18 bytes forward (the upcast, 2 + 4; the
+      log-softmax, 4 + 4; the NLL) and 26 backward in 3 kernels each way
+      (tests/calculators/test_hf_loss.py); our H200 took the time a stream moves 25 and 24 bytes a
+      logit in (call 24, validation/data/h100_harness/hf_loss_h200.jsonl: the softmax kernels read
+      their input twice forward): taken from Llama 3.2 1B at 16,384 tokens (25.0, 23.8); held out,
+      4,096 tokens and Llama 3 8B at 8,192 within 3% and 7%. They had been 8 and 8, not counted.
+    - fused (Megatron's cross_entropy_loss_fusion, on in NVIDIA's recipes): 8 and 8, about four
+      fp32 passes, one kernel each way (not measured).
     """
     if kernel == "nanotron":
         return (38.0, 6), (14.0, 2)
@@ -82,6 +88,8 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
         return (2.0, 1), (4.0, 1)
     if kernel == "bf16":
         return (4.0, 2), (8.0, 2)
+    if kernel == "eager":
+        return (25.0, 3), (24.0, 3)
     return (8.0, 2), (8.0, 2)
 
 
@@ -154,6 +162,9 @@ def elementwise_kernels(par) -> str:
     - megatron and nanotron: fused (Transformer Engine's norms and RoPE, fused bias-SwiGLU;
       nanotron's fused norm);
     - fsdp2 (torchtitan) and deepspeed (Hugging Face modules): eager, fused under torch.compile.
+      "eager" is torchtitan's ops as PyTorch 2.7 and earlier ran them (nn.RMSNorm op by op, what
+      the published eager runs used); on PyTorch 2.8 and later a GPU's nn.RMSNorm is one fused
+      kernel each way: say elementwise="eager-fused-norm" (the benchmark harness does).
       A PyTorch-native stack built on Transformer Engine's modules, as NeMo Automodel's "TE"
       kernel optimizations are (RMSNorm, Linear and DotProductAttention), or on Liger's kernels,
       runs them fused without compiling: say elementwise="fused".
@@ -163,3 +174,8 @@ def elementwise_kernels(par) -> str:
     if par.elementwise:
         return par.elementwise
     return "eager" if par.framework in ("fsdp2", "deepspeed") and not par.compile else "fused"
+
+
+def eager_ops(par) -> bool:
+    """Whether the layout runs its element-wise work op by op (either eager flavour)."""
+    return elementwise_kernels(par) in ("eager", "eager-fused-norm")

@@ -23,7 +23,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, OFFLOAD_MODULES, STANDA
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn", "cudnn-2025")    # "": the framework's (kernels.attention_kernel)
 LOSS_KERNELS = ("", "eager", "compiled", "bf16")   # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
-ELEMENTWISE_KERNELS = ("", "eager", "fused")       # "": the framework's (kernels.elementwise_kernels)
+ELEMENTWISE_KERNELS = ("", "eager", "fused", "eager-fused-norm")   # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
 MOMENT_DTYPES = ("", "fp32", "bf16")               # "": fp32
 MASTER_DTYPES = ("", "fp32", "remainder", "16bit", "none")  # "": the framework's (frameworks.master_dtype)

@@ -28,7 +28,7 @@ from .attention import attention_time
 from .flops import attention_flops
 from ..specs.fp8 import fp8_weight_grad
 from ..specs.frameworks import fused_matmuls
-from ..specs.kernels import (elementwise_kernels, expert_gemm_share, layout_attention, loss_bytes_per_logit,
+from ..specs.kernels import (eager_ops, expert_gemm_share, layout_attention, loss_bytes_per_logit,
                              loss_kernel)
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
@@ -156,7 +156,7 @@ def _modules_recompute(model: ModelSpec, par: ParallelConfig, moe_layer: bool, T
         total += memory_time(BF16 * swiglu_io * shared, 1, gpu, profile)
     if "moe" in mods:
         moved = routed_tokens(par, T)
-        if elementwise_kernels(par) == "eager":
+        if eager_ops(par):
             permute = elementwise.eager_permute_bytes(model, moved, par.ep, "forward")
             kernels = elementwise.eager_permute_kernels(par.ep, "forward")
         else:

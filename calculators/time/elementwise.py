@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..specs.fp8 import torchao_casts, torchao_rescale_bytes
 from ..specs.frameworks import fused_matmuls
-from ..specs.kernels import elementwise_kernels
+from ..specs.kernels import eager_ops, elementwise_kernels
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, routed_tokens
 
@@ -50,10 +50,16 @@ EAGER = {
 # strided and broadcast operands, as rotate_half's halves and the broadcast cos and sin are. Its
 # norm and RoPE are Python in every version. torchtitan's (fsdp2) is not paced: with the composite
 # norm of PyTorch 2.7 and earlier, which the table counts, it took 1.19 to 1.24 and 1.06 to 1.10
-# times it; since PyTorch 2.8 a GPU's nn.RMSNorm is one fused kernel and it took 0.55 and 0.43.
-# The calculators do not know the PyTorch version, so the table's own bytes stand between the two.
+# times it, and the published eager runs that use the table are of several versions; since
+# PyTorch 2.8 a GPU's nn.RMSNorm is one fused kernel (EAGER_FUSED_NORM, within 7% unpaced).
 # Measured on Hopper only.
 EAGER_STACK_PACE = {"deepspeed": (1.43, 1.22)}
+# torchtitan's eager block on PyTorch 2.8 and later (elementwise="eager-fused-norm"): its two
+# nn.RMSNorm run PyTorch's fused kernels, one forward (reading x, writing y and the fp32 rstd: 4
+# bytes per element) and two backward (the input's gradient, 6; the weight's, 4), in place of the
+# composite norm's 40 forward and 109 backward each; the rest is EAGER["fsdp2"]'s. From PyTorch's trace
+# of the block with the fused kernels as ops (tests/calculators/reference_eager.py, FusedRMSNorm).
+EAGER_FUSED_NORM = {"forward": ((20, 20, 20, 10, 8), 12), "backward": ((50, 20, 20, 18, 24), 20)}
 # a 2-matrix MLP (GELU): the activation reads and writes the intermediate once forward (2 + 2
 # bytes), backward twice that; no product kernel
 GELU = {"forward": 4, "backward": 8}
@@ -133,7 +139,7 @@ def ring_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) 
     is Transformer Engine's, deepspeed's Ulysses. A stack on Transformer Engine's modules
     (elementwise="fused") runs Transformer Engine's; a Liger stack on PyTorch's CP would pay them
     and is not told apart."""
-    if par.cp == 1 or par.framework != "fsdp2" or elementwise_kernels(par) != "eager":
+    if par.cp == 1 or par.framework != "fsdp2" or not eager_ops(par):
         return 0.0, 0
     r, steps = RING_MERGE[way], par.cp - 1
     per_token = sum((r[k][0] + r[k][1] * steps) * width for k, width in
@@ -264,9 +270,10 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     t = par.tp
     t_sp = tokens / t if par.sp else tokens
     # eager ops as torchtitan writes them, or as Hugging Face's modules do under DeepSpeed
-    eager = elementwise_kernels(par) == "eager"
+    kind = elementwise_kernels(par)
+    eager = kind != "fused"
     stack = par.framework if par.framework in EAGER else "fsdp2"
-    table = EAGER[stack] if eager else FUSED
+    table = FUSED if not eager else EAGER_FUSED_NORM if kind == "eager-fused-norm" else EAGER[stack]
     if moe_layer and model.moe:
         e = model.moe
         f_local = e.top_k * e.expert_ffn / par.etp + e.shared_experts * (e.shared_ffn or e.expert_ffn) / t
@@ -282,7 +289,7 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
     cast = fp8_casts(model, par, moe_layer, tokens) if par.precision == "fp8" else {}
     out, mlp_share = {}, {}
     for way, ((ch, cq, ckv, cf, cd), kernels) in table.items():
-        if eager and stack in EAGER_STACK_PACE:
+        if table is EAGER.get(stack) and stack in EAGER_STACK_PACE:
             pace = EAGER_STACK_PACE[stack][("forward", "backward").index(way)]
             ch, cq, ckv, cf, cd = (c * pace for c in (ch, cq, ckv, cf, cd))
         mlp = cf * tokens * f_local if model.mlp == "swiglu" else GELU[way] * tokens * f_local

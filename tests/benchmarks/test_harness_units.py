@@ -138,3 +138,12 @@ def test_bad_arguments_get_a_message_and_exit_2(argv, says, capsys, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+def test_the_harness_costs_its_eager_norms_as_this_pytorch_runs_them():
+    """PyTorch 2.8 and later run nn.RMSNorm as one fused kernel on a GPU: the harness's eager runs
+    are costed with elementwise="eager-fused-norm"; compiled ones with Inductor's fused counts."""
+    from benchmarks.config import _fused_rms_norm
+    assert _fused_rms_norm() == (tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 8))
+    eager, compiled = RunSpec(gbs=1).parallel(1), RunSpec(gbs=1, compile=True).parallel(1)
+    assert eager.elementwise == ("eager-fused-norm" if _fused_rms_norm() else "") and compiled.elementwise == ""

@@ -139,6 +139,71 @@ class TitanBlockComposite(TitanBlock):
         self.attention_norm, self.ffn_norm = CompositeRMSNorm(h, eps=1e-5), CompositeRMSNorm(h, eps=1e-5)
 
 
+@torch.library.custom_op("reference::fused_rms_norm", mutates_args=())
+def _fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch 2.8's fused RMSNorm as one op: reads x and the weight, writes y and the fp32 rstd."""
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * weight).to(x.dtype), rstd
+
+
+@_fused_rms_norm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+@torch.library.custom_op("reference::fused_rms_norm_grad_input", mutates_args=())
+def _norm_grad_input(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    xhat, g = x.float() * rstd, dy.float() * weight.float()
+    return (rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))).to(x.dtype)
+
+
+@_norm_grad_input.register_fake
+def _(dy, x, rstd, weight):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("reference::fused_rms_norm_grad_weight", mutates_args=())
+def _norm_grad_weight(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+    return (dy.float() * x.float() * rstd).sum(tuple(range(dy.dim() - 1))).to(dy.dtype)
+
+
+@_norm_grad_weight.register_fake
+def _(dy, x, rstd):
+    return dy.new_empty(dy.shape[-1:])
+
+
+def _fused_norm_setup(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, output[1], weight)
+
+
+def _fused_norm_backward(ctx, dy, _drstd):
+    x, rstd, weight = ctx.saved_tensors
+    return _norm_grad_input(dy, x, rstd, weight), _norm_grad_weight(dy, x, rstd), None
+
+
+_fused_rms_norm.register_autograd(_fused_norm_backward, setup_context=_fused_norm_setup)
+
+
+class FusedRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm as a GPU runs it since PyTorch 2.8 (pytorch pull request 153666), as the ops its
+    kernels are, for a trace on any device: one forward kernel (vectorized_layer_norm_kernel),
+    two backward (layer_norm_grad_input_kernel, GammaBetaBackward), each reading and writing its
+    tensors once (the kernels' names from our H200's profile, call 22)."""
+
+    def forward(self, x):
+        return _fused_rms_norm(x, self.weight, self.eps)[0]
+
+
+class TitanBlockFusedNorm(TitanBlock):
+    """torchtitan's block on PyTorch 2.8 and later: its norms are FusedRMSNorm's kernels."""
+
+    def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
+        super().__init__(h, heads, kv_heads, ffn, head_dim)
+        self.attention_norm, self.ffn_norm = FusedRMSNorm(h, eps=1e-5), FusedRMSNorm(h, eps=1e-5)
+
+
 class _HFNorm(nn.Module):
     def __init__(self, h):
         super().__init__()

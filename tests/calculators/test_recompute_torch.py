@@ -126,6 +126,22 @@ def test_eager_elementwise_bytes_match_pytorchs_ops(shape, block, framework):
         assert eager == [predicted, predicted]
 
 
+@pytest.mark.parametrize("shape", [(1024, 8, 2, 2816, 64, 1, 256), (2048, 16, 4, 5632, 128, 2, 128),
+                                   (512, 4, 1, 1536, 256, 1, 512)])
+def test_eager_fused_norm_bytes_match_pytorchs_ops(shape):
+    """torchtitan's block on PyTorch 2.8 and later, its norms PyTorch's fused kernels
+    (elementwise="eager-fused-norm"): the calculators' bytes and kernels against the trace."""
+    from tests.calculators.reference_eager import TitanBlockFusedNorm
+    h, heads, kv, ffn, head_dim, batch, seq = shape
+    model = _model(h, heads, kv, ffn, head_dim)
+    par = ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", elementwise="eager-fused-norm")
+    predicted = layer_bytes(model, par, False, batch * seq)
+    measured = elementwise_bytes(TitanBlockFusedNorm, h, heads, kv, ffn, head_dim, batch, seq)
+    for way in ("forward", "backward"):
+        assert predicted[way][0] == pytest.approx(measured[way][0], rel=0.01), way
+        assert predicted[way][1] == measured[way][1], way
+
+
 @pytest.mark.parametrize("shape", SHAPES[:2])
 @pytest.mark.parametrize("block,framework", [(TitanBlockCuda, "fsdp2"), (HFBlock, "deepspeed")],
                          ids=["torchtitan", "hugging-face"])

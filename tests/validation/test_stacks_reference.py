@@ -266,7 +266,8 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
     Blackwell at the 2025 table's rates. The check it was not built on: cudnn-frontend's own Llama
     3.2 1B training runs on a B200 with cuDNN 9.9.0, SDPA forced to cuDNN, went from +5..+24% (the
     miss growing with the sequence, where the FlashAttention-2 runs beside them stay within 4%) to
-    within 24% (-5..+18% since Hugging Face's element-wise pace), and closer on every one (within
+    within 24% (-10..+13% since Hugging Face's measured element-wise pace and loss; -7..+16% with
+    today's table), and closer on every one (within
     20% while head dim 64's cuDNN backward took the forward's ratio to head dim 128; our H100 rows'
     own, 0.81, costs it faster, on every GPU); so did the GB200 runs of NeMo 25.04 and its long-context
     B200 runs up to 16k-token chunks (the 32k chunks, where the releases run alike, moved by 1%)."""
@@ -290,7 +291,7 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
     assert all(s.error < today[s.run.line] for s in rows if s.run.par.seq / s.run.par.cp <= 32768)
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     before = [today[s.run.line] for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
-    assert len(check) == 6 and max(check) < 0.25 and max(before) > 0.2       # today's table: +22% at 16k
+    assert len(check) == 6 and max(check) < 0.25 and max(before) > max(check)   # the 16k row: +16% today
 
 
 def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypatch):
