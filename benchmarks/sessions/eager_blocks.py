@@ -22,6 +22,7 @@ import sys
 import torch
 
 from tests.calculators.reference_eager import HFBlock, TitanBlock, TitanBlockComposite
+from timing import kernel_times
 
 SHAPES = {"llama3-8b": (4096, 32, 8, 14336, 128), "llama3.2-1b": (2048, 32, 8, 8192, 64)}
 CASES = (("llama3-8b", 8192), ("llama3-8b", 4096), ("llama3.2-1b", 16384))
@@ -37,19 +38,7 @@ def kind(name: str) -> str:
 
 
 def profiled(fn, runs=5):
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            fn()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-        if t > 0:
-            out[e.key[:100]] = out.get(e.key[:100], 0.0) + t / 1e6 / runs
-    return out
+    return kernel_times(fn, runs)
 
 
 def run_case(cls, name, seq, gpu, compiled=False):

@@ -28,7 +28,7 @@ import sys
 import torch
 
 from benchmarks.eager_ops import expert_bias, glu_clamp, unfused_rope
-from timing import timed as _timed
+from timing import kernel_times, timed as _timed
 
 H, F, HEADS, KV, D, S = 2880, 2880, 64, 8, 64, 4096
 CASES = {"H100 ep8 mbs1": (16384, 16, 1), "GB200 ep64 mbs4": (65536, 2, 4)}   # rows, local experts, batch
@@ -48,19 +48,7 @@ PROFILE = False
 
 def kernels(fn, runs=5):
     """{kernel name: GPU seconds per run} of fn, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            fn()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
-        if t > 0:
-            out[e.key[:90]] = out.get(e.key[:90], 0.0) + t / 1e6 / runs
-    return out
+    return kernel_times(fn, runs, width=90)
 
 
 def both_ways(fn, inputs):
