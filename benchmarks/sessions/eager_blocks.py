@@ -12,8 +12,9 @@ torchtitan's at two shapes and Hugging Face's at one.
 
 Each block runs forward + backward (the gradients of its input and weights returned, as a first
 micro-batch's are), and the forward alone, under torch.profiler, 5 times after a warm-up; each row
-gives the GPU time of its kernels by kind (fwd_: the forward's): GEMMs, attention, and the rest (norms, RoPE, SiLU and product, residual adds,
-casts, the norms' weight-gradient reductions), with the rest's kernels by name. A device-to-device
+gives the GPU time of its kernels by kind (fwd_: the forward's): GEMMs, attention, and the rest
+(norms, RoPE, SiLU and product, residual adds, casts, the norms' weight-gradient reductions), with
+the rest's kernels by name. A device-to-device
 copy gives the streaming rate beside them.
 """
 import json
