@@ -131,8 +131,9 @@ class RunSpec:
     def spec(self) -> ModelSpec:
         return resolve_model(self.model)
 
-    def parallel(self, world: int) -> ParallelConfig:
-        """The calculators' layout for this run on `world` ranks (raises ConfigError when it cannot be)."""
+    def parallel(self, world: int, torch_version: str | None = None) -> ParallelConfig:
+        """The calculators' layout for this run on `world` ranks under PyTorch `torch_version` (this
+        process's where None: a recorded row gives the one it ran; raises ConfigError when it cannot be)."""
         inner = self.tp * self.cp * self.pp
         if world % inner:
             raise ConfigError(f"world size {world} is not divisible by tp*cp*pp = {inner}; "
@@ -155,7 +156,8 @@ class RunSpec:
                               framework="fsdp2", split=self.split or self._v_split(),
                               recompute_ranks=ranks, compile=self.compile,
                               loss="eager",       # torch.compile wraps the blocks only (parallelize.py)
-                              elementwise="eager-fused-norm" if not self.compile and _fused_rms_norm() else "")
+                              elementwise="eager-fused-norm" if not self.compile and _fused_rms_norm(torch_version)
+                              else "")
 
     def _v_split(self) -> tuple:
         """Layers per rank of the harness's ZBV schedule (a V: rank r runs stages r and 2p-1-r)
@@ -187,12 +189,18 @@ def from_args(ns: argparse.Namespace) -> RunSpec:
     return RunSpec(**{f.name: getattr(ns, f.name) for f in fields(RunSpec)})
 
 
-def _fused_rms_norm() -> bool:
-    """Whether this PyTorch runs nn.RMSNorm as one fused kernel on a GPU (2.8 and later): the
-    harness's eager blocks are then costed with kernels.elementwise_kernels' "eager-fused-norm"."""
-    import torch
-    major, minor = (int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
-    return (major, minor) >= (2, 8)
+def _fused_rms_norm(version: str | None = None) -> bool:
+    """Whether PyTorch `version` (this process's where None; False without torch) runs nn.RMSNorm as
+    one fused kernel on a GPU (2.8 and later): the harness's eager blocks are then costed with
+    kernels.elementwise_kernels' "eager-fused-norm"."""
+    if version is None:
+        try:
+            import torch
+        except ImportError:
+            return False
+        version = torch.__version__
+    numbers = [int(x) for x in re.findall(r"\d+", str(version))[:2]]
+    return len(numbers) == 2 and tuple(numbers) >= (2, 8)
 
 
 def read_configs(path: str | Path) -> list[dict]:

@@ -14,10 +14,11 @@ from calculators.scenario import evaluate, parse_hardware, parse_profile
 KERNEL_FAMILY = {"flash": "fa2", "cudnn": "cudnn"}        # the calculators' table for each SDPA backend
 
 
-def scenario(run, hardware: dict, world: int) -> dict:
-    """The calculators' scenario of harness run `run` (a RunSpec) on `world` ranks of `hardware`."""
+def scenario(run, hardware: dict, world: int, torch_version: str | None = None) -> dict:
+    """The calculators' scenario of harness run `run` (a RunSpec) on `world` ranks of `hardware`,
+    under PyTorch `torch_version` (RunSpec.parallel)."""
     import dataclasses
-    par = dataclasses.asdict(run.parallel(world))
+    par = dataclasses.asdict(run.parallel(world, torch_version))
     par["split"], par["recompute_ranks"] = list(par["split"]), list(par["recompute_ranks"])
     model = dataclasses.asdict(run.spec())
     model.pop("source", None)

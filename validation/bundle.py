@@ -156,7 +156,7 @@ def _repredict(row: dict) -> dict:
         hardware = cfg.get("scenario", {}).get("hardware") or {"gpu": "H100-80GB", "nodes": nodes,
                                                                 "gpus_per_node": world // nodes}
         run = RunSpec.from_dict({k: v for k, v in cfg.items() if k not in ("scenario", "world", "rank")})
-        cfg["scenario"] = predict.scenario(run, hardware, world)
+        cfg["scenario"] = predict.scenario(run, hardware, world, row.get("host", {}).get("torch"))
         answer = predict.train(cfg["scenario"])
         row["prediction"] = answer if "error" in answer else {"memory": answer["memory"], "step": answer["step"]}
     elif row["suite"] == "gemm" and row["status"] == "ok":

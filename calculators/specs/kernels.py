@@ -75,10 +75,13 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
     - eager (Hugging Face's loss function, torchtitan without compile): F.cross_entropy on an fp32
       upcast of the bf16 logits. PyTorch's trace counts 18 bytes forward (the upcast, 2 + 4; the
       log-softmax, 4 + 4; the NLL) and 26 backward in 3 kernels each way
-      (tests/calculators/test_hf_loss.py); our H200 took the time a stream moves 25 and 24 bytes a
-      logit in (call 24, validation/data/h100_harness/hf_loss_h200.jsonl: the softmax kernels read
-      their input twice forward): taken from Llama 3.2 1B at 16,384 tokens (25.0, 23.8); held out,
-      4,096 tokens and Llama 3 8B at 8,192 within 3% and 7%. They had been 8 and 8, not counted.
+      (tests/calculators/test_hf_loss.py); our H200 took the time the calculators' streaming rate
+      moves 25 and 24 bytes a logit in (call 24, validation/data/h100_harness/hf_loss_h200.jsonl:
+      forward, the upcast took 11 bytes' time against its 6, in a non-vectorized copy kernel, the
+      softmax 14 against 8, and the NLL, which reads one logit a token, almost none of the 4 the
+      trace counts for its whole input): taken from Llama 3.2 1B at 16,384 tokens (25.3, 24.0);
+      held out, 4,096 tokens and Llama 3 8B at 8,192 within 4% and 8%. They had been 8 and 8, not
+      counted.
     - fused (Megatron's cross_entropy_loss_fusion, on in NVIDIA's recipes): 8 and 8, about four
       fp32 passes, one kernel each way (not measured).
     """

@@ -43,6 +43,10 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
         p.append(f"{par.framework} keeps an fp32 master (fsdp2: its fp32 weights); master_dtype "
                  f"{par.master_dtype} is Megatron's or NeMo's distributed optimizer: use framework megatron, or "
                  "master_dtype fp32")
+    if par.elementwise == "eager-fused-norm" and par.framework == "deepspeed":
+        p.append("elementwise eager-fused-norm is torchtitan's eager block on PyTorch 2.8 and later (nn.RMSNorm's "
+                 "fused kernels); deepspeed runs Hugging Face's modules, whose RMSNorm is Python op by op in every "
+                 "version: use elementwise eager, or fused for Liger's or Transformer Engine's kernels")
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
     if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None:

@@ -8,7 +8,7 @@ times in how many they move:
   SwiGLU reads gate and up and writes their product; backward moves twice the forward's bytes.
 - eager PyTorch, as torchtitan's blocks run without torch.compile (fsdp2): nn.RMSNorm
   decomposes into an fp32 upcast, pow, mean, rsqrt, two multiplies and a downcast (40 bytes per
-  element forward, about 120 backward); RoPE multiplies q and k as complex64 (fp32 pairs: 20
+  element forward, about 109 backward); RoPE multiplies q and k as complex64 (fp32 pairs: 20
   bytes per element); SiLU and the product are two kernels. Counted from PyTorch itself:
   tests/calculators/test_elementwise_torch.py traces a torchtitan-style block's forward and
   backward op by op (TorchDispatchMode on fake tensors) and checks the coefficients below.
@@ -45,7 +45,7 @@ EAGER = {
 # tests/calculators/reference_eager.py under torch.profiler), the GPU time of every kernel that is
 # not a GEMM or attention, forward and backward, against EAGER's bytes at the streaming rate.
 # Hugging Face's block (deepspeed) took 1.43 and 1.22 times it (fitted on Llama 3 8B at 8,192
-# tokens; Llama 3 8B at 4,096 and Llama 3.2 1B at 16,384, held out, within 4%), a quarter of it in
+# tokens; Llama 3 8B at 4,096 and Llama 3.2 1B at 16,384, held out, within 4%), 37 to 39% of it in
 # PyTorch's non-vectorized element-wise kernels (elementwise_kernel<128, 4> and <128, 2>), which run
 # strided and broadcast operands, as rotate_half's halves and the broadcast cos and sin are. Its
 # norm and RoPE are Python in every version. torchtitan's (fsdp2) is not paced: with the composite

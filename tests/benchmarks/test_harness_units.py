@@ -140,10 +140,13 @@ def test_bad_arguments_get_a_message_and_exit_2(argv, says, capsys, tmp_path, mo
     assert says in capsys.readouterr().err
 
 
-def test_the_harness_costs_its_eager_norms_as_this_pytorch_runs_them():
-    """PyTorch 2.8 and later run nn.RMSNorm as one fused kernel on a GPU: the harness's eager runs
-    are costed with elementwise="eager-fused-norm"; compiled ones with Inductor's fused counts."""
+def test_the_harness_costs_its_eager_norms_as_its_pytorch_runs_them():
+    """PyTorch 2.8 and later run nn.RMSNorm as one fused kernel on a GPU: an eager harness run on one
+    is costed with elementwise="eager-fused-norm", an earlier one with the composite norm; compiled
+    runs with Inductor's fused counts. A recorded row gives the version it ran (validation.bundle)."""
     from benchmarks.config import _fused_rms_norm
-    assert _fused_rms_norm() == (tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 8))
-    eager, compiled = RunSpec(gbs=1).parallel(1), RunSpec(gbs=1, compile=True).parallel(1)
-    assert eager.elementwise == ("eager-fused-norm" if _fused_rms_norm() else "") and compiled.elementwise == ""
+    for version, fused in (("2.11.0+cu130", True), ("2.8.0a0+gitabc123", True), ("2.10.0.dev20250101", True),
+                           ("2.7.1+cu126", False), ("2.4.0", False), ("1.13.1", False), ("nightly", False)):
+        assert _fused_rms_norm(version) is fused, version
+        assert RunSpec(gbs=1).parallel(1, version).elementwise == ("eager-fused-norm" if fused else "")
+        assert RunSpec(gbs=1, compile=True).parallel(1, version).elementwise == ""

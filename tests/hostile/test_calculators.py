@@ -104,7 +104,9 @@ def test_errors_name_the_field_the_value_and_the_limit():
                 b'"inter_node_gbps": 5e-324': "hardware.inter_node_gbps must be 0 or at least 0.001 GB/s",
                 b'"moe_imbalance": 1000000000': "parallel.moe_imbalance must be a number from 1 to 64",
                 b'"window": 1000000000': "model.window must be from 0 to 16,777,216",
-                b'"window_layers": 999': "model.window_layers=999 must be from 1 to layers=4 with a window"}
+                b'"window_layers": 999': "model.window_layers=999 must be from 1 to layers=4 with a window",
+                b'"deepspeed", "elementwise": "eager-fused-norm"': "deepspeed runs Hugging Face's modules",
+                b'"eager-fused-norm<img': "parallel.elementwise must be one of"}
     for fragment, message in expected.items():
         hits = [error for line, error in said.items() if fragment in line]
         assert hits and all(message in e for e in hits), (fragment, hits)

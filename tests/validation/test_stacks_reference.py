@@ -266,11 +266,12 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
     Blackwell at the 2025 table's rates. The check it was not built on: cudnn-frontend's own Llama
     3.2 1B training runs on a B200 with cuDNN 9.9.0, SDPA forced to cuDNN, went from +5..+24% (the
     miss growing with the sequence, where the FlashAttention-2 runs beside them stay within 4%) to
-    within 24% (-10..+13% since Hugging Face's measured element-wise pace and loss; -7..+16% with
-    today's table), and closer on every one (within
-    20% while head dim 64's cuDNN backward took the forward's ratio to head dim 128; our H100 rows'
-    own, 0.81, costs it faster, on every GPU); so did the GB200 runs of NeMo 25.04 and its long-context
-    B200 runs up to 16k-token chunks (the 32k chunks, where the releases run alike, moved by 1%)."""
+    within 24% (-10..+13% since Hugging Face's measured element-wise pace and loss, -7..+16% with
+    today's table: closer at 8k and 16k, further at 768 to 4k; before those it came closer on every
+    one, within 20% while head dim 64's cuDNN backward took the forward's ratio to head dim 128, our
+    H100 rows' own, 0.81, costing it faster, on every GPU); so did the GB200 runs of NeMo 25.04 and
+    its long-context B200 runs up to 16k-token chunks (the 32k chunks, where the releases run alike,
+    moved by 1%)."""
     from validation.recipes import cudnn_2025
     assert all(cudnn_2025({"framework_version": v}) for v in (
         "torchtitan @6fc499f, torch 2.9.0.dev20250815+cu128", "PyTorch 2.7.0, cuDNN 9.9.0, CUDA 12.9",
@@ -283,15 +284,19 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
                                             "nemo-long-context", "torchao-training-docs",
                                             "torchtitan-deepep-qwen3-2026-01"}
     today = {s.run.line: score(replace(s.run, par=replace(s.run.par, attention="cudnn"))).error for s in rows}
-    # closer wherever today's table is more than 2% fast (two of the 1B's short rows sit near zero
-    # either way, and Hugging Face's measured element-wise pace, EAGER_STACK_PACE, moved them under)
+    # closer on every row but the 1B's four at 768 to 4,096 tokens: since Hugging Face's measured
+    # element-wise pace and loss those come out 3 to 7% slow with today's table and 3 to 10% with
+    # 2025's, whose slower attention moves them further (their attention is a small part of the step)
+    short_1b = {s.run.line for s in rows
+                if s.run.source == "cudnn-frontend-llama3.2-1b-training" and s.run.par.seq <= 4096}
+    assert len(short_1b) == 4
     assert all(abs(s.error) < abs(today[s.run.line]) + 0.015 for s in rows
-               if s.run.source != "torchao-training-docs" and today[s.run.line] > 0.02)
+               if s.run.source != "torchao-training-docs" and s.run.line not in short_1b)
     # (torchtitan's DeepEP runs, added later, name cuDNN 9.10.2 and come closer too, at 4k tokens)
     assert all(s.error < today[s.run.line] for s in rows if s.run.par.seq / s.run.par.cp <= 32768)
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     before = [today[s.run.line] for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
-    assert len(check) == 6 and max(check) < 0.25 and max(before) > max(check)   # the 16k row: +16% today
+    assert len(check) == 6 and max(check) < 0.25
 
 
 def test_torchtitans_async_tp_gains_what_its_own_pairs_measured(scored, monkeypatch):
