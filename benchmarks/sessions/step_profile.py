@@ -32,7 +32,8 @@ def recorded():
             c = r["config"]
             if r["suite"] == "train" and r["status"] == "ok" and all(c.get(k) == v for k, v in want.items()) \
                     and c.get("optimizer", "adamw") == "adamw" and r["host"]["gpus"] == 1:
-                yield {k: v for k, v in c.items() if k not in ("scenario", "world", "rank")}, r["metrics"]["step_time_s"]
+                kept = {k: v for k, v in c.items() if k not in ("scenario", "world", "rank")}
+                yield kept, r["metrics"]["step_time_s"]
                 break
 
 

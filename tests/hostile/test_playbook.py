@@ -214,7 +214,6 @@ def test_an_uploaded_results_file_of_hostile_rows_is_drawn_or_skipped_row_by_row
     and the bundled rows still show; a path outside the upload folder is refused unread."""
     import tempfile
 
-    from playbook.widgets import explorer
     folder = gr.utils.get_upload_folder()
     os.makedirs(folder, exist_ok=True)
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", dir=folder, delete=False) as fh:

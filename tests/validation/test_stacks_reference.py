@@ -295,7 +295,6 @@ def test_blackwell_runs_of_2025_stacks_attend_at_cudnn_2025_rates(scored):
     # (torchtitan's DeepEP runs, added later, name cuDNN 9.10.2 and come closer too, at 4k tokens)
     assert all(s.error < today[s.run.line] for s in rows if s.run.par.seq / s.run.par.cp <= 32768)
     check = [s.error for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
-    before = [today[s.run.line] for s in rows if s.run.source == "cudnn-frontend-llama3.2-1b-training"]
     assert len(check) == 6 and max(check) < 0.25
 
 
