@@ -28,6 +28,7 @@ intermediate width (T tokens, sharded) and the head dim (RoPE's table, read per 
 """
 from __future__ import annotations
 
+from ..memory.activations import autocast_over_fp32
 from ..specs.fp8 import torchao_casts, torchao_rescale_bytes
 from ..specs.frameworks import fused_matmuls
 from ..specs.kernels import eager_ops, elementwise_kernels
@@ -60,6 +61,18 @@ EAGER_STACK_PACE = {"deepspeed": (1.43, 1.22)}
 # composite norm's 40 forward and 109 backward each; the rest is EAGER["fsdp2"]'s. From PyTorch's trace
 # of the block with the fused kernels as ops (tests/calculators/reference_eager.py, FusedRMSNorm).
 EAGER_FUSED_NORM = {"forward": ((20, 20, 20, 10, 8), 12), "backward": ((50, 20, 20, 18, 24), 20)}
+# Autocast over fp32 weights (fsdp2 at ZeRO 0/1, memory.activations.autocast_over_fp32: DDP or one
+# GPU) adds passes a bf16 model has not: each forward casts every weight to bf16 (6 bytes a
+# parameter, compiled or not), and eagerly the residual stream and the norms run in fp32 and each
+# linear casts its fp32 input to bf16 on its own (q, k and v: three). Per token per unit of h, and
+# kernels, for torchtitan's block with either norm (the weights' casts among the forward's
+# kernels), from PyTorch's trace of the block under torch.autocast over fp32 weights against the
+# same block in bf16 (tests/calculators/test_autocast_torch.py); the gradients' casts back to fp32
+# are the optimizer's (frameworks.grad_bytes). Seen on our H200 (call 25): 114 ms of casts and 73
+# of fp32 adds in an 820 ms eager step of the 1.34B at 4k tokens, 29 and 33 ms compiled.
+AUTOCAST = {"eager": {"forward": (14, 8), "backward": (48, 8)},
+            "eager-fused-norm": {"forward": (46, 12), "backward": (92, 14)}}
+AUTOCAST_WEIGHT_CAST = 6                      # bytes a parameter each forward: read fp32, write bf16
 # a 2-matrix MLP (GELU): the activation reads and writes the intermediate once forward (2 + 2
 # bytes), backward twice that; no product kernel
 GELU = {"forward": 4, "backward": 8}
@@ -149,6 +162,25 @@ def ring_extras(model: ModelSpec, par: ParallelConfig, tokens: float, way: str) 
         per_token += RING_ZERO_FILL["q"] * model.q_dim + RING_ZERO_FILL["kv"] * model.kv_dim
         kernels += RING_ZERO_FILL["kernels"]
     return tokens / par.tp * per_token, kernels
+
+
+def autocast_extras(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens_sp: float,
+                    way: str) -> tuple[float, int]:
+    """(bytes, kernels) autocast over fp32 weights adds to one layer's element-wise work for
+    `tokens_sp` tokens of its norms (AUTOCAST); compiled, only the weights' casts."""
+    if not autocast_over_fp32(par):
+        return 0.0, 0
+    mms = model.layer_matmuls(moe_layer)
+    nbytes, kernels = 0.0, 0
+    if way == "forward":
+        params = sum(mm.fan_in * mm.fan_out * mm.stored / (par.ep * par.etp if mm.expert else
+                                                           par.tp if mm.tp in ("col", "row") else 1) for mm in mms)
+        nbytes, kernels = AUTOCAST_WEIGHT_CAST * params, len(mms)
+    kind = elementwise_kernels(par)
+    if kind in AUTOCAST:
+        per_h, k = AUTOCAST[kind][way]
+        nbytes, kernels = nbytes + per_h * tokens_sp * model.hidden, k      # the trace's kernels include the casts
+    return nbytes, kernels
 
 
 def _fused_experts(par: ParallelConfig) -> bool:
@@ -302,6 +334,8 @@ def layer_bytes(model: ModelSpec, par: ParallelConfig, moe_layer: bool, tokens: 
         attn, kernels = attn + rope + ring, kernels + rope_kernels + ring_kernels
         nbytes = ch * t_sp * model.hidden + attn + mlp
         extra, extra_kernels = cast.get(way, (0.0, 0))
+        auto, auto_kernels = autocast_extras(model, par, moe_layer, t_sp, way)
+        extra, extra_kernels = extra + auto, extra_kernels + auto_kernels
         out[way] = (nbytes + extra, kernels + (permute_kernels[way] if permute else 0) + extra_kernels)
         mlp_share[way] = mlp / (nbytes + extra)
     out["mlp_share"] = (mlp_share["forward"], mlp_share["backward"])

@@ -32,7 +32,8 @@ def _ratios(name, fused_norm=False):
         h, heads, kv, ffn, d = SHAPES[r["model"]]
         model = ModelSpec(layers=1, hidden=h, heads=heads, kv_heads=kv, head_dim=d, ffn=ffn, vocab=1024)
         framework = "deepspeed" if r["block"] == "HFBlock" else "fsdp2"
-        par = ParallelConfig(dp=1, seq=r["seq"], mbs=1, framework=framework, compile=r.get("compiled", False),
+        # bf16 weights, as the blocks ran (zero 3: no autocast over fp32 weights)
+        par = ParallelConfig(dp=1, seq=r["seq"], mbs=1, framework=framework, compile=r.get("compiled", False), zero=3,
                              elementwise="eager-fused-norm" if fused_norm and r["block"] == "TitanBlock" else "")
         work = layer_bytes(model, par, False, r["seq"])
         fwd, bwd = (memory_time(*work[way], gpu, prof) for way in ("forward", "backward"))

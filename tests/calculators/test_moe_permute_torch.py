@@ -73,10 +73,11 @@ def test_torchtitans_permutation_moves_the_counted_bytes(ep, score_grad):
 def test_an_eager_moe_layer_permutes_at_the_eager_cost_and_a_compiled_one_at_the_fused():
     qwen = model_from_name("qwen3-30b-a3b")
     T = 4096
-    eager = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2"), True, T)
-    compiled = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2", compile=True), True, T)
+    eager = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2", zero=3), True, T)
+    compiled = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2", compile=True, zero=3),
+                           True, T)
     megatron = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="megatron"), True, T)
-    dense = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2"), False, T)
+    dense = layer_bytes(qwen, ParallelConfig(dp=8, ep=8, seq=T, gbs=8, framework="fsdp2", zero=3), False, T)
     plain, scatter = eager_permute_parts(qwen, T, 8, "forward")
     assert eager["forward"][0] - dense["forward"][0] > plain + 4 * scatter
     assert compiled["forward"][0] == megatron["forward"][0]

@@ -105,24 +105,25 @@ def test_op_sac_saves_every_other_matmul_in_execution_order():
 def test_eager_elementwise_bytes_match_pytorchs_ops(shape, block, framework):
     h, heads, kv, ffn, head_dim, batch, seq = shape
     model = _model(h, heads, kv, ffn, head_dim)
-    predicted = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework), False, batch * seq)
+    # bf16 weights (FSDP2's mixed precision; ZeRO 0/1 would be autocast over fp32: test_autocast_torch.py)
+    predicted = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, zero=3), False, batch * seq)
     measured = elementwise_bytes(block, h, heads, kv, ffn, head_dim, batch, seq)
     pace = EAGER_STACK_PACE.get(framework, (1.0, 1.0))        # the time a GPU took, in a stream's bytes
     for i, way in enumerate(("forward", "backward")):
         assert predicted[way][0] == pytest.approx(measured[way][0] * pace[i], rel=0.01), way
         assert predicted[way][1] == pytest.approx(measured[way][1], abs=1), way
     # compiled, the same stack moves a fraction of it (Inductor fuses the chains: the fused counts)
-    compiled = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, compile=True), False,
+    compiled = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, compile=True, zero=3), False,
                            batch * seq)
     assert compiled["forward"][0] < 0.45 * predicted["forward"][0]
     # a stack on Transformer Engine's or Liger's modules says so without compiling: the same fused
     # counts; an eager Megatron or nanotron moves torchtitan's eager ops
-    fused = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, elementwise="fused"), False,
-                        batch * seq)
+    fused = layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=framework, elementwise="fused", zero=3),
+                        False, batch * seq)
     assert fused == compiled
     if framework == "fsdp2":
-        eager = [layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=fw, elementwise="eager"), False,
-                             batch * seq) for fw in ("megatron", "nanotron")]
+        eager = [layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework=fw, elementwise="eager", zero=3),
+                             False, batch * seq) for fw in ("megatron", "nanotron")]
         assert eager == [predicted, predicted]
 
 
@@ -134,7 +135,7 @@ def test_eager_fused_norm_bytes_match_pytorchs_ops(shape):
     from tests.calculators.reference_eager import TitanBlockFusedNorm
     h, heads, kv, ffn, head_dim, batch, seq = shape
     model = _model(h, heads, kv, ffn, head_dim)
-    par = ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", elementwise="eager-fused-norm")
+    par = ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", elementwise="eager-fused-norm", zero=3)
     predicted = layer_bytes(model, par, False, batch * seq)
     measured = elementwise_bytes(TitanBlockFusedNorm, h, heads, kv, ffn, head_dim, batch, seq)
     for way in ("forward", "backward"):

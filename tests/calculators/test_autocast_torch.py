@@ -1,0 +1,52 @@
+"""Autocast over fp32 weights (fsdp2 at ZeRO 0/1: DDP, or one GPU) against PyTorch itself: the
+element-wise bytes and kernels torchtitan's block adds under torch.autocast over fp32 weights, over
+the same block in bf16, counted op by op on fake tensors, against elementwise.autocast_extras (the
+gradients' casts back to fp32, 6 bytes a parameter backward, are the optimizer's and left out)."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from calculators.specs.models import ModelSpec
+from calculators.specs.parallel import ParallelConfig
+from calculators.time.elementwise import AUTOCAST_WEIGHT_CAST, layer_bytes
+from tests.calculators.reference_eager import TitanBlock, TitanBlockFusedNorm, _Bytes, elementwise_bytes
+
+
+def _autocast_bytes(block_cls, h, heads, kv, ffn, head_dim, batch, seq):
+    with torch.device("meta"):
+        block = block_cls(h, heads, kv, ffn, head_dim)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        params = {n: torch.empty(p.shape, dtype=torch.float32, requires_grad=True) for n, p in block.named_parameters()}
+        x = torch.randn(batch, seq, h, dtype=torch.float32, requires_grad=True)
+        tables = block.tables(seq)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with _Bytes() as fwd:
+                y = torch.func.functional_call(block, params, (x, tables))
+        grad = torch.ones_like(y)
+        with _Bytes() as bwd:
+            y.backward(grad)
+    traced = {"forward": (fwd.bytes, fwd.kernels), "backward": (bwd.bytes, bwd.kernels)}
+    return traced, sum(p.numel() for p in block.parameters())
+
+
+@pytest.mark.parametrize("shape", [(1024, 8, 2, 2816, 64, 1, 256), (2048, 16, 4, 5632, 128, 2, 128),
+                                   (768, 12, 4, 2048, 64, 1, 512)])
+@pytest.mark.parametrize("block,kind", [(TitanBlock, "eager"), (TitanBlockFusedNorm, "eager-fused-norm")])
+def test_autocast_adds_what_pytorch_moves(shape, block, kind):
+    h, heads, kv, ffn, head_dim, batch, seq = shape
+    model = ModelSpec(layers=1, hidden=h, heads=heads, kv_heads=kv, head_dim=head_dim, ffn=ffn, vocab=64)
+    autocast = ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", zero=0, dp=1, elementwise=kind)
+    bf16 = ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", zero=2, dp=1, elementwise=kind)
+    added = {way: tuple(a - b for a, b in zip(layer_bytes(model, autocast, False, batch * seq)[way],
+                                               layer_bytes(model, bf16, False, batch * seq)[way]))
+             for way in ("forward", "backward")}
+    traced, params = _autocast_bytes(block, h, heads, kv, ffn, head_dim, batch, seq)
+    plain = elementwise_bytes(block, h, heads, kv, ffn, head_dim, batch, seq)
+    for way in ("forward", "backward"):
+        want = traced[way][0] - plain[way][0] - (AUTOCAST_WEIGHT_CAST * params if way == "backward" else 0)
+        assert added[way][0] == pytest.approx(want, rel=0.01), (way, added, want)
+        assert added[way][1] == traced[way][1] - plain[way][1], way
+    # compiled: the weights' casts alone
+    compiled = [layer_bytes(model, ParallelConfig(mbs=batch, seq=seq, framework="fsdp2", zero=z, dp=1, compile=True),
+                            False, batch * seq)["forward"][0] for z in (0, 2)]
+    assert compiled[0] - compiled[1] == pytest.approx(AUTOCAST_WEIGHT_CAST * (params - 2 * h), rel=1e-6)
