@@ -149,6 +149,8 @@ class RunSpec:
         recompute = "core_attn" if self.recompute == "selective" else self.recompute
         ranks = tuple("core_attn" if r == "selective" else r for r in self.recompute_ranks)
         zero = 2 if self.zero == 1 and dp * self.cp > 1 else self.zero
+        if world == 1:      # one process: no FSDP, fp32 weights under autocast whatever zero says (train.py)
+            zero = 0
         return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, zero=zero,
                               sp=self.sp and self.tp > 1, mbs=self.mbs, gbs=self.gbs, seq=self.seq,
                               recompute=recompute, schedule=self.schedule,

@@ -31,13 +31,18 @@ def optimistic(search, base, prune: float) -> float:
     schedules += [(s, 1) for s in search.pairing(base.pp)]
     paired = True in sp["ep_overlap"] and base.ep > 1      # Megatron's EP overlap, where allowed
     times = []
-    for mbs in {min(sp["mbs"]), max(b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0)}:
+    # the lowest ZeRO stage moves the least, but fsdp2's ZeRO 0/1 trains fp32 weights under autocast,
+    # whose casts can make it the slower: its ZeRO 2 is bounded too
+    low = min(sp["zero"])
+    zeros = {low} | ({2} if base.framework == "fsdp2" and low <= 1 and 2 in sp["zero"] else set())
+    for mbs, zero in ((b, z) for b in {min(sp["mbs"]), max(b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0)}
+                      for z in sorted(zeros)):
         interleaved = False
         for schedule, vpp in dict.fromkeys(schedules):
             if schedule == "interleaved" and interleaved:
                 continue                       # the deepest interleaving that runs is enough
             try:
-                par = replace(base, recompute=sp["recompute"][0], zero=min(sp["zero"]), mbs=mbs,
+                par = replace(base, recompute=sp["recompute"][0], zero=zero, mbs=mbs,
                               schedule=schedule, vpp=vpp)
                 if paired:
                     times.append(search.score(replace(par, ep_overlap=True), fits=False))

@@ -175,7 +175,9 @@ def autocast_extras(model: ModelSpec, par: ParallelConfig, moe_layer: bool, toke
     if way == "forward":
         params = sum(mm.fan_in * mm.fan_out * mm.stored / (par.ep * par.etp if mm.expert else
                                                            par.tp if mm.tp in ("col", "row") else 1) for mm in mms)
-        nbytes, kernels = AUTOCAST_WEIGHT_CAST * params, len(mms)
+        # a pipeline's schedule runs every micro-batch in one autocast region, whose cache casts each
+        # weight once a step (the harness's, benchmarks/train.py); else each micro-batch casts again
+        nbytes, kernels = AUTOCAST_WEIGHT_CAST * params / (par.microbatches if par.pp > 1 else 1), len(mms)
     kind = elementwise_kernels(par)
     if kind in AUTOCAST:
         per_h, k = AUTOCAST[kind][way]

@@ -150,3 +150,12 @@ def test_the_harness_costs_its_eager_norms_as_its_pytorch_runs_them():
         assert _fused_rms_norm(version) is fused, version
         assert RunSpec(gbs=1).parallel(1, version).elementwise == ("eager-fused-norm" if fused else "")
         assert RunSpec(gbs=1, compile=True).parallel(1, version).elementwise == ""
+
+
+def test_one_process_runs_fp32_weights_under_autocast_whatever_zero_says():
+    """train.py builds no FSDP in one process and autocasts over its fp32 weights: the calculators
+    get zero 0 there (autocast_over_fp32), and the ZeRO stage asked for on several ranks."""
+    from calculators.memory.activations import autocast_over_fp32
+    one = RunSpec(zero=3, gbs=8, mbs=1, seq=16).parallel(1)
+    assert one.zero == 0 and autocast_over_fp32(one)
+    assert RunSpec(zero=3, gbs=8, mbs=1, seq=16).parallel(2).zero == 3
