@@ -1,6 +1,6 @@
 """Autocast over fp32 weights (fsdp2 at ZeRO 0/1: DDP, or one GPU) against PyTorch itself: the
 element-wise bytes and kernels torchtitan's block adds under torch.autocast over fp32 weights, over
-the same block in bf16, counted op by op on fake tensors, against elementwise.autocast_extras (the
+the same block in bf16, counted op by op on fake tensors, against native_passes.autocast_extras (the
 gradients' casts back to fp32, 6 bytes a parameter backward, are the optimizer's and left out)."""
 import pytest
 import torch
@@ -8,7 +8,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from calculators.specs.models import ModelSpec
 from calculators.specs.parallel import ParallelConfig
-from calculators.time.elementwise import AUTOCAST_WEIGHT_CAST, layer_bytes
+from calculators.time.elementwise import layer_bytes
+from calculators.time.native_passes import AUTOCAST_WEIGHT_CAST
 from tests.calculators.reference_eager import TitanBlock, TitanBlockFusedNorm, _Bytes, elementwise_bytes
 
 

@@ -16,7 +16,7 @@ from calculators.specs.models import ModelSpec
 from calculators.specs.parallel import ParallelConfig
 from calculators.time import attention
 from calculators.time.compute import memory_time
-from calculators.time.elementwise import RING_LAYOUT_COPY, RING_MERGE, RING_ZERO_FILL, ring_extras
+from calculators.time.native_passes import RING_LAYOUT_COPY, RING_MERGE, RING_ZERO_FILL, ring_extras
 from calculators.time.profiles import default_profile
 from tests.calculators.reference_eager import _Bytes
 
