@@ -14,8 +14,7 @@ Each block runs forward + backward (the gradients of its input and weights retur
 micro-batch's are), and the forward alone, under torch.profiler, 5 times after a warm-up; each row
 gives the GPU time of its kernels by kind (fwd_: the forward's): GEMMs, attention, and the rest
 (norms, RoPE, SiLU and product, residual adds, casts, the norms' weight-gradient reductions), with
-the rest's kernels by name. A device-to-device
-copy gives the streaming rate beside them.
+the rest's kernels by name. A device-to-device copy gives the streaming rate beside them.
 """
 import json
 import sys
@@ -38,8 +37,16 @@ def kind(name: str) -> str:
     return "gemm" if any(k in low for k in GEMM) else "rest"
 
 
-def profiled(fn, runs=5):
-    return kernel_times(fn, runs)
+def by_kind(fn, runs=5, prefix="") -> dict:
+    """fn's kernels' GPU seconds per run by kind ({prefix}gemm_s, attention_s, rest_s) and the rest's
+    by kernel name ({prefix}rest_by_kernel_us), under torch.profiler."""
+    by = kernel_times(fn, runs)
+    row = {f"{prefix}{k}_s": 0.0 for k in ("gemm", "attention", "rest")}
+    for k, t in by.items():
+        row[f"{prefix}{kind(k)}_s"] += t
+    row[f"{prefix}rest_by_kernel_us"] = {k: round(t * 1e6, 1) for k, t in sorted(by.items(), key=lambda kv: -kv[1])
+                                         if kind(k) == "rest"}
+    return row
 
 
 def run_case(cls, name, seq, gpu, compiled=False):
@@ -60,13 +67,7 @@ def run_case(cls, name, seq, gpu, compiled=False):
     row = {"block": cls.__name__, "model": name, "seq": seq, "batch": 1, "gpu": gpu, "torch": torch.__version__,
            "compiled": compiled}
     for way, fn in (("", step), ("fwd_", forward)):
-        by = profiled(fn)
-        sums = {"gemm": 0.0, "attention": 0.0, "rest": 0.0}
-        for k, t in by.items():
-            sums[kind(k)] += t
-        row.update({f"{way}{k}_s": v for k, v in sums.items()})
-        row[f"{way}rest_by_kernel_us"] = {k: round(t * 1e6, 1) for k, t in sorted(by.items(), key=lambda kv: -kv[1])
-                                          if kind(k) == "rest"}
+        row.update(by_kind(fn, prefix=way))
     return row
 
 

@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from eager_blocks import kind, profiled
+from eager_blocks import by_kind
 
 CASES = (("llama3.2-1b", 2048, 128256, 16384), ("llama3.2-1b", 2048, 128256, 4096), ("llama3-8b", 4096, 128256, 8192))
 
@@ -28,13 +28,7 @@ def run_case(name, hidden, vocab, tokens, gpu):
         torch.autograd.grad(forward(), [h, w])
     row = {"model": name, "hidden": hidden, "vocab": vocab, "tokens": tokens, "gpu": gpu, "torch": torch.__version__}
     for way, fn in (("", step), ("fwd_", forward)):
-        by = profiled(fn)
-        sums = {"gemm": 0.0, "attention": 0.0, "rest": 0.0}
-        for k, t in by.items():
-            sums[kind(k)] += t
-        row.update({f"{way}{k}_s": v for k, v in sums.items() if k != "attention"})
-        row[f"{way}rest_by_kernel_us"] = {k: round(t * 1e6, 1) for k, t in sorted(by.items(), key=lambda kv: -kv[1])
-                                          if kind(k) == "rest"}
+        row.update(by_kind(fn, prefix=way))
     return row
 
 

@@ -16,8 +16,7 @@ import torch
 from benchmarks import host
 from benchmarks.config import RunSpec
 from benchmarks.train import Trainer, validate
-from eager_blocks import kind
-from timing import kernel_times
+from eager_blocks import by_kind
 
 PICK = ({"model": "nanotron-1.34b", "seq": 4096, "mbs": 1, "recompute": "none", "compile": False},
         {"model": "nanotron-1.34b", "seq": 4096, "mbs": 1, "recompute": "none", "compile": True},
@@ -50,14 +49,8 @@ def profile_run(cfg, device, g, gpu):
         trainer.step(step, spec.vocab)
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / 3
-    by = kernel_times(lambda: trainer.step(6, spec.vocab), runs=2)
-    sums = {"gemm": 0.0, "attention": 0.0, "rest": 0.0}
-    for k, t in by.items():
-        sums[kind(k)] += t
     return {"config": cfg, "gpu": gpu, "torch": torch.__version__, "wall_s": wall,
-            **{f"{k}_s": v for k, v in sums.items()},
-            "rest_by_kernel_us": {k: round(t * 1e6, 1) for k, t in sorted(by.items(), key=lambda kv: -kv[1])
-                                  if kind(k) == "rest"}}
+            **by_kind(lambda: trainer.step(6, spec.vocab), runs=2)}
 
 
 def main(path):

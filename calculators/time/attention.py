@@ -36,8 +36,8 @@ and backward apart: the median over our 13 pairs of H100 rows at 1k to 64k token
 both; our H200 rows give 0.73 to 0.76 and 0.78 to 0.83). FA2 keeps the paper's 0.876 both ways:
 our flash rows' own ratio is 0.87 to 0.89 forward and 0.92 to 0.93 backward (medians over the
 pairs with and without GQA), but their head dim 128 backward runs 0.96 of the paper's, and the
-product is what they measure at head dim 64 (median 0.997 forward,
-0.995 backward of the calculators' rates). Lengths are clamped to each
+product is what they measure at head dim 64 (median 0.997 forward, 0.995 backward of the
+calculators' rates). Lengths are clamped to each
 row's measured range; log-linear in between. Our causal cuDNN rows go on to 32k (590 forward, 527
 backward), and fall further by 128k (546, 524); FA2 holds its 16k rate to 128k. With context
 parallelism the kernels run chunk by chunk: the load-balanced ring splits each sequence into
