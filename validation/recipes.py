@@ -200,6 +200,15 @@ def offload_list(settings: str) -> str:
     return found.group(1) if found else ""
 
 
+def host_offload(settings: str) -> tuple[float, bool]:
+    """(optimizer_offload, param_offload) of a row that says its optimizer states, and its weights, were
+    offloaded to the CPU (DeepSpeed's offload_optimizer and offload_param)."""
+    optimizer = re.search(r"optimizer[- ]states? offloaded to (the )?CPU|offload_optimizer", settings, re.I)
+    weights = re.search(r"offloads weights to (the )?CPU|weights offloaded to (the )?CPU|offload_param", settings,
+                        re.I)
+    return (1.0 if optimizer else 0.0), bool(weights)
+
+
 def knobs(row: dict) -> dict:
     """The ParallelConfig settings a row's recipe fixes beyond its columns."""
     settings = row["other_settings"]
@@ -209,4 +218,5 @@ def knobs(row: dict) -> dict:
             "attention": attention(settings), "experts": experts(settings),
             "elementwise": "fused" if te_modules(settings) else "", "grad_dtype": grads, "moment_dtype": moments,
             "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings),
-            "offload_modules": offload_list(settings)}
+            "offload_modules": offload_list(settings),
+            **dict(zip(("optimizer_offload", "param_offload"), host_offload(settings)))}

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
+from .host import gpu_layout, host_bytes_per_param
 from .offload import kept_on_gpu, offload_bytes
 from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
 from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, pipeline_grad_bytes, retained_buffers
@@ -88,6 +89,7 @@ class StageMemory:
     other_gib: float             # framework buffers
     resident_gib: float          # what stays allocated between steps: weights .. optimizer + buffers
     grads_full_gib: float = 0.0  # every gradient the GPU holds once backward ends
+    host_gib: float = 0.0        # host memory of this GPU's offloaded optimizer and weights (memory/host.py)
 
     @property
     def total_gib(self) -> float:
@@ -125,7 +127,7 @@ class MemoryEstimate:
                 "other_gib": w.other_gib, "total_gib": w.total_gib, "capacity_gib": self.capacity_gib,
                 "fits": self.fits, "usable_gib": self.usable_gib, "usable_fraction": self.usable_fraction,
                 "master_gib": w.master_gib, "moments_gib": w.optimizer_gib, "resident_gib": w.resident_gib,
-                "stage": w.stage, "stage_total_gib": [s.total_gib for s in self.stages],
+                "stage": w.stage, "stage_total_gib": [s.total_gib for s in self.stages], "host_gib": w.host_gib,
                 "warnings": list(self.warnings)}
 
 
@@ -213,9 +215,10 @@ class _Context:
 
     def __init__(self, model: ModelSpec, par: ParallelConfig, blackwell: bool = False):
         self.model, self.par = model, par
-        layout = bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
-                                 master_dtype(par))
+        layout = gpu_layout(bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
+                                            master_dtype(par)), par)
         dense_shard, expert_shard = zero_shards(par)
+        self.host = (host_bytes_per_param(par) / dense_shard, host_bytes_per_param(par) / expert_shard)
         # gradient bytes per parameter (dense, expert) between steps, once the last reduction is done
         rep, sh = layout["grads"]
         self.grads_between = (rep + sh / dense_shard, rep + sh / expert_shard)
@@ -285,15 +288,16 @@ class _Context:
         role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
         role["weights"] += fp8
         between = dense * self.grads_between[0] + expert * self.grads_between[1]
-        return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))], between
+        host = dense * self.host[0] + expert * self.host[1]
+        return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))], between, host
 
     def _static_of(self, rank: int, layers) -> tuple:
         """_static of this rank, plus the sum of its bytes by role; computed once per kind of rank."""
         key = (rank == 0, rank == self.last_rank, len(layers), self.model.moe_layers_in(layers),
                self.par.rank_recompute(rank))
         if key not in self.statics:
-            role, params, saved, working, other, between = self._static(*key)
-            self.statics[key] = role, params, saved, working, other, sum(role.values()), between
+            role, params, saved, working, other, between, host = self._static(*key)
+            self.statics[key] = role, params, saved, working, other, sum(role.values()), between, host
         return self.statics[key]
 
     def _activations(self, rank: int, saved: float, working: float) -> float:
@@ -318,7 +322,7 @@ class _Context:
         return 2 * grads if self.ddp else grads
 
     def stage(self, rank: int, layers) -> StageMemory:
-        role, params, saved, working, other, fixed, between = self._static_of(rank, layers)
+        role, params, saved, working, other, fixed, between, host = self._static_of(rank, layers)
         activations = self._activations(rank, saved, working)
         # between steps: the gradients as the last reduction leaves them (sharded again under a pipeline)
         resident = fixed - role["grads"] + between
@@ -326,14 +330,14 @@ class _Context:
             stage=rank, layers=len(layers), params=params, weights_gib=role["weights"] / GIB,
             grads_gib=self._grads_at_peak(role["grads"], activations) / GIB, master_gib=role["master"] / GIB,
             optimizer_gib=role["optimizer"] / GIB, activations_gib=activations / GIB, other_gib=other / GIB,
-            resident_gib=(resident + other) / GIB, grads_full_gib=self._grads_full(between) / GIB)
+            resident_gib=(resident + other) / GIB, grads_full_gib=self._grads_full(between) / GIB, host_gib=host / GIB)
 
     def totals_gib(self, ranks) -> list[float]:
         """Every rank's total GiB without building its StageMemory (the planner's fit test runs
         thousands of times per plan)."""
         out = []
         for rank, layers in enumerate(ranks):
-            role, _, saved, working, other, fixed, _ = self._static_of(rank, layers)
+            role, _, saved, working, other, fixed, _, _ = self._static_of(rank, layers)
             activations = self._activations(rank, saved, working)
             fixed += self._grads_at_peak(role["grads"], activations) - role["grads"]
             out.append((fixed + activations + other) / GIB)

@@ -49,7 +49,7 @@ KNEE_MARGINAL = 0.5              # a step adding under half a GPU's worth per ad
 CACHE = 256                      # plans kept (each a few kB)
 KEYS = {"model", "hardware", "tokens", "seq", "gbs", "gpus", "price_per_gpu_hour", "max_batch_tokens",
         "failures_per_gpu_day", "checkpoint_gbps", "restart_s", "checkpoint_interval_s", "constraints"}
-HARDWARE_KEYS = {"gpu", "gpus_per_node", "intra_node_gbps", "inter_node_gbps", "profile"}
+HARDWARE_KEYS = {"gpu", "gpus_per_node", "intra_node_gbps", "inter_node_gbps", "host_optimizer_gbps", "profile"}
 _plans: OrderedDict = OrderedDict()      # key -> ("ok", Plan) | ("impossible", message, min_gpus)
 
 
@@ -185,7 +185,8 @@ def _option(req: dict, gpus: int, gbs: int, found: tuple) -> dict:
     parallel = {k: getattr(best.par, k) for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "mbs", "recompute",
                                                     "schedule", "precision", "framework", "grad_dtype",
                                                     "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-                                                    "offload_layers", "offload_modules")}
+                                                    "offload_layers", "offload_modules", "optimizer_offload",
+                                                    "param_offload")}
     return {**base, "plan": label(best.par), "parallel": parallel, "tokens_per_s_per_gpu": tps,
             "mfu": best.step.mfu, "step_s": best.step.time_s, "ideal_days": ideal_s / 86_400,
             "days": wall_s / 86_400, "gpu_hours": gpu_hours, "cost": gpu_hours * req["price_per_gpu_hour"],

@@ -53,6 +53,8 @@ def label(p: ParallelConfig) -> str:
     parts += [f"fp8_weights={p.fp8_weights}"] if p.fp8_weights and fp8_weights(p) else []
     parts += [f"offload={p.offload_layers}"] if p.offload_layers else []
     parts += [f"offload={p.offload_modules}"] if p.offload_modules else []
+    parts += [f"optimizer-offload={p.optimizer_offload:g}"] if p.optimizer_offload else []
+    parts += ["param-offload"] if p.param_offload else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}"] + ([f"hsdp{p.dp_replicate}"] if p.dp_replicate > 1 else [])
     parts += [f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]

@@ -65,6 +65,9 @@ def _harness(model, cluster, par, model_ref):
     if par.tp_overlap:
         notes.append("the harness does not pipeline TP's collectives with their GEMMs: expect the step without "
                      "tp_overlap")
+    if par.optimizer_offload or par.param_offload:
+        notes.append("the harness keeps the optimizer and the weights on the GPU: expect its memory and step "
+                     "without offloading")
     return " \\\n    ".join(args), notes + _alltoall_only(par, "the harness")
 
 
@@ -162,8 +165,10 @@ def _megatron(model, cluster, par, _ref):
     if offloaded:
         a += ["--fine-grained-activation-offloading", "--offload-modules " + " ".join(offloaded)]
     master = master_dtype(par)
-    if par.moment_dtype == "bf16" or master in ("remainder", "16bit"):
+    if par.moment_dtype == "bf16" or master in ("remainder", "16bit") or par.optimizer_offload:
         a.append("--use-precision-aware-optimizer")     # Transformer Engine's FusedAdam (remainders by default)
+    if par.optimizer_offload:                           # its CPU offload asks for the precision-aware optimizer
+        a += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {par.optimizer_offload:g}"]
     if par.moment_dtype == "bf16":
         a += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
     if master == "16bit":
@@ -292,6 +297,8 @@ def _torchtitan(model, cluster, par, _ref):
                      "in your own code, or expect the step with fp32 reductions")
     if par.tp > 1 and not par.sp:
         notes.append("torchtitan always uses sequence parallelism with TP")
+    if par.optimizer_offload:                  # FSDP2's CPUOffloadPolicy: weights, gradients, optimizer
+        lines.insert(lines.index("[training]") + 1, "enable_cpu_offload = true")
     return "\n".join(lines), notes
 
 
@@ -302,6 +309,11 @@ def _deepspeed(model, cluster, par, _ref):
            "zero_optimization": {"stage": min(par.zero, 3), "overlap_comm": True, "contiguous_gradients": True}}
     if par.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": par.tp}
+    if par.optimizer_offload:                  # ZeRO-Offload; a share below 1 is Twin-Flow's ratio (ZeRO 3)
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True, **(
+            {"ratio": par.optimizer_offload} if par.optimizer_offload < 1 else {})}
+    if par.param_offload:
+        cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
     if par.grad_dtype == "fp32":
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
         cfg["communication_data_type"] = "fp32"

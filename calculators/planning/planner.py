@@ -155,6 +155,8 @@ class _Search:
                                                            self.framework == "megatron"),
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
                                       offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
+                                      optimizer_offload=sp["optimizer_offload"][0],
+                                      param_offload=sp["param_offload"][0],
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if single or "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))

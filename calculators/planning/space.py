@@ -14,11 +14,11 @@ from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIG
                               MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive, zero_shards)
 from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
                                order as recompute_order)
-from ..specs.validate import choice, flag, integer, keys, show
+from ..specs.validate import choice, flag, integer, keys, number, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
-         "fp8_weights", "offload_layers", "offload_modules")
+         "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -84,6 +84,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # Megatron's activation offloading (layers kept in host memory): only the counts allowed,
         # tried where no recompute is needed otherwise (planner._least_recompute)
         "offload_layers": [0],
+        # the optimizer, and ZeRO-3's weights, in host memory: only as the user names them (one value each)
+        "optimizer_offload": [0.0],
+        "param_offload": [False],
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -106,9 +109,11 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         if not (v in RECOMPUTE or modules(v)):
             problems.append(f"plan constraints: recompute must be one of {', '.join(map(repr, RECOMPUTE))} or "
                             f"Megatron's recompute modules joined by '+' (e.g. {MODULES_TEXT}) (got {show(v)})")
-    for knob in ("tp_overlap", "ep_overlap"):
+    for knob in ("tp_overlap", "ep_overlap", "param_offload"):
         for v in sp[knob]:
             flag(problems, f"plan constraints: {knob}", v)
+    for v in sp["optimizer_offload"]:
+        number(problems, "plan constraints: optimizer_offload", v, *PARALLEL["optimizer_offload"])
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     framework = constraints.get("framework", "megatron")
@@ -127,7 +132,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                             f"(got {show(v)})")
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    for knob in ("fp8_recipe", "fp8_weights", "offload_modules"):
+    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload"):
         if len(set(sp[knob])) > 1:
             raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
     if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:

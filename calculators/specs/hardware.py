@@ -116,6 +116,19 @@ def gpu_from_name(name: str) -> GPUSpec:
 DEFAULT_NETWORK = {"gpus_per_node": 8, "intra_node_gbps": 450.0, "inter_node_gbps": 50.0}
 
 
+# The host memory traffic per node that an offloaded optimizer's step sustains (parallel.optimizer_offload),
+# GB/s: the parameters stepped on the node's host times the bytes their step moves there
+# (memory/host.py, HOST_STEP_BYTES) over the seconds it took. Fitted on one run: ALST's 8 x H100
+# baseline (arXiv 2506.13996, Table 1: Llama 3.1 8B, DeepSpeed ZeRO-3 with its optimizer on the CPU,
+# seq 32K, 17 s an iteration) leaves 8.6 s beyond this model's GPU step, for 8.0B parameters at 34 B
+# each: 32 GB/s. Far below a server's memory bandwidth (400 to 600 GB/s on a two-socket DGX): the
+# step is bound by its threads (DeepSpeed's CPU Adam runs OpenMP threads in every rank, unbound
+# unless --bind_cores_to_rank) and by the cores a job gets. Public reports run about 2x either way
+# (DeepSpeed issue #6834: a 72B model over 4 x 8 A100 with everything offloaded stepped in about 10 s,
+# some 60 GB/s per node): set hardware.host_optimizer_gbps from a measured step where it matters.
+DEFAULT_HOST_OPTIMIZER_GBPS = 32.0
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     gpu: GPUSpec
@@ -123,10 +136,12 @@ class ClusterSpec:
     gpus_per_node: int = 0       # 0: the GPU preset's
     intra_node_gbps: float = 0.0  # 0: the GPU preset's
     inter_node_gbps: float = 0.0  # 0: the GPU preset's
+    host_optimizer_gbps: float = 0.0  # host memory traffic a node's CPU optimizer sustains (offloaded optimizer
+                                      # steps), GB/s; 0: DEFAULT_HOST_OPTIMIZER_GBPS
 
     def __post_init__(self):
         p = check_fields(self, "hardware", limits.CLUSTER)
-        for key in ("intra_node_gbps", "inter_node_gbps"):
+        for key in ("intra_node_gbps", "inter_node_gbps", "host_optimizer_gbps"):
             link(p, f"hardware.{key}", getattr(self, key))
         if not isinstance(self.gpu, GPUSpec):
             p.append("hardware.gpu must be a GPU preset id or an object with name, memory_gib, bf16_tflops, "
@@ -146,3 +161,8 @@ class ClusterSpec:
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def host_optimizer_rate(self) -> float:
+        """Host memory traffic a node's offloaded optimizer step sustains, bytes/s."""
+        return (self.host_optimizer_gbps or DEFAULT_HOST_OPTIMIZER_GBPS) * 1e9

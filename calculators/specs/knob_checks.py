@@ -49,6 +49,7 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
                  "version: use elementwise eager, or fused for Liger's or Transformer Engine's kernels")
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
+    _check_host_offload(p, par)
     if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None:
         w.append("schedule dualpipe with pp=1 is costed as DualPipe's pairing of two micro-batches, whose "
                  "all-to-alls hide under each other's compute; "
@@ -91,6 +92,32 @@ def _check_offload(p: list, w: list, model: ModelSpec, par: ParallelConfig) -> N
     if idle:
         w.append(f"offload modules {', '.join(idle)} offload nothing in this model (Megatron fuses its norms into "
                  "the linears after them, and it has no experts for expert_fc1 and moe_act); drop them")
+
+
+def _check_host_offload(p: list, par: ParallelConfig) -> None:
+    """optimizer_offload and param_offload as each framework runs them (memory/host.py)."""
+    f, fw = par.optimizer_offload, par.framework
+    if not f and not par.param_offload:
+        return
+    if fw == "nanotron":
+        p.append("nanotron has no optimizer or weight offloading: set optimizer_offload 0 and param_offload false")
+    elif fw == "fsdp2":
+        require(p, f == 1 and par.param_offload, "FSDP2's CPUOffloadPolicy moves the weights, the gradients and "
+                "the optimizer to the host together: set optimizer_offload 1 and param_offload true, or neither")
+        require(p, par.zero >= 2, lambda: f"FSDP2's CPUOffloadPolicy offloads fully_shard's shards: use zero 2 or "
+                f"3 (got zero {par.zero})")
+    elif fw == "megatron":
+        require(p, not par.param_offload, "Megatron offloads the optimizer only (--optimizer-cpu-offload): set "
+                "param_offload false")
+        require(p, par.zero >= 1, "Megatron's --optimizer-cpu-offload runs with its precision-aware optimizer, "
+                "over the distributed optimizer: use zero 1 or more, or optimizer_offload 0")
+    else:
+        require(p, par.zero >= 1 or not f, "DeepSpeed offloads the optimizer of ZeRO 1 to 3 (offload_optimizer): "
+                "use zero 1 or more, or optimizer_offload 0")
+        require(p, f in (0, 1) or par.zero == 3, lambda: f"optimizer_offload {f:g} (a share: Twin-Flow's ratio) runs "
+                "under ZeRO 3 only in DeepSpeed: use zero 3, or optimizer_offload 1")
+        require(p, not par.param_offload or par.zero == 3, "DeepSpeed offloads weights under ZeRO 3 only "
+                "(offload_param): use zero 3, or param_offload false")
 
 
 def _check_fp8(p: list, par: ParallelConfig, cluster: ClusterSpec) -> None:

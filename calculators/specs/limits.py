@@ -56,12 +56,13 @@ GPU = {                           # floats: datasheet figures
     "intra_node_gbps": (0.0, 1e6), "inter_node_gbps": (0.0, 1e6), "gpus_per_node": (1, 1024), "host_gbps": (0.0, 1e6),
 }
 CLUSTER = {"nodes": (1, 131_072), "gpus_per_node": (0, 1024), "intra_node_gbps": (0.0, 1e6),
-           "inter_node_gbps": (0.0, 1e6)}
+           "inter_node_gbps": (0.0, 1e6), "host_optimizer_gbps": (0.0, 1e6)}
 PARALLEL = {
     "dp": (1, MAX_GPUS), "dp_replicate": (1, MAX_GPUS), "tp": (1, MAX_GPUS), "pp": (1, MAX_LAYERS),
     "cp": (1, MAX_GPUS), "ep": (1, 4096),
     "etp": (0, MAX_GPUS), "vpp": (1, MAX_LAYERS), "zero": (0, 3), "mbs": (1, MAX_BATCH), "gbs": (1, MAX_BATCH),
     "seq": (1, MAX_SEQ), "moe_imbalance": (1.0, 64.0), "dispatch_sms": (0, 1024), "offload_layers": (0, MAX_LAYERS),
+    "optimizer_offload": (0.0, 1.0),
 }
 PLAN = {"seq": (1, MAX_SEQ), "gbs": (1, MAX_BATCH), "top": (1, 50)}
 # A budget (calculators/planning/budget.py): up to MAX_SIZES cluster sizes, each one planner search (seconds

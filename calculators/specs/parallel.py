@@ -51,9 +51,8 @@ class ParallelConfig:
     zero: int = 0                # Z, ZeRO stage 0..3 (3 = FSDP full shard)
     sp: bool = False             # sequence parallelism with TP
     tp_overlap: bool = False     # TP collectives pipelined with their GEMMs (Megatron/TE tp_comm_overlap)
-    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (one copy per expert) | deepep (DeepEP's normal
-                                  # kernels) | hybridep (NVIDIA's HybridEP): one copy per node over the network,
-                                  # forwarded on NVLink
+    dispatcher: str = "alltoall"  # MoE token dispatch: alltoall (a copy per expert) | deepep (DeepEP's normal
+                                  # kernels) | hybridep (NVIDIA's): a copy per node on the network, then NVLink
     dispatch_sms: int = 0        # SMs DeepEP's kernels run on (Megatron's moe_flex_dispatcher_num_sms); 0: 20
     ep_overlap: bool = False     # MoE dispatch and combine run under another micro-batch's compute
                                  # (Megatron's overlap_moe_expert_parallel_comm; DualPipe does it always)
@@ -62,8 +61,7 @@ class ParallelConfig:
     gbs: int = 1                 # B, global batch in sequences
     seq: int = 4096              # s, tokens per sequence
     recompute: str = "none"      # none | selective | full | core_attn | op_sac | op_sac+core_attn | layer:N |
-                                 # modules a+b (recompute.py;
-                                 # "selective" is the framework's own: core_attn, or op_sac for fsdp2)
+                                 # modules a+b (recompute.py; selective: the framework's, core_attn or fsdp2's op_sac)
     precision: str = "bf16"      # bf16 | fp8
     schedule: str = "1f1b"       # gpipe | 1f1b | interleaved | zb | dualpipe
     framework: str = DEFAULT_FRAMEWORK
@@ -72,9 +70,8 @@ class ParallelConfig:
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
     loss: str = ""               # the cross-entropy: eager | compiled | bf16 (eager on the bf16 logits, no fp32
                                  # upcast); "": the framework's (kernels.loss_kernel)
-    experts: str = ""            # the local experts' GEMMs: loop (one launch per expert, Transformer Engine's
-                                 # GroupedLinear) | fused (one kernel for all); "": the framework's
-                                 # (kernels.expert_kernel)
+    experts: str = ""            # the local experts' GEMMs: loop (a launch per expert, Transformer Engine's
+                                 # GroupedLinear) | fused (one kernel); "": the framework's (kernels.expert_kernel)
     elementwise: str = ""        # the norms, RoPE and activation kernels' HBM traffic: eager (unfused PyTorch
                                  # ops) | fused (Transformer Engine's, Liger's, torch.compile's); "": the
                                  # framework's (kernels.elementwise_kernels); time only
@@ -101,6 +98,11 @@ class ParallelConfig:
     offload_modules: str = ""    # modules whose saved activations wait in host memory, joined by '+' (Megatron's
                                  # fine-grained activation offloading, --offload-modules): attn_norm, qkv_linear,
                                  # core_attn, attn_proj, mlp_norm, expert_fc1, moe_act
+    optimizer_offload: float = 0.0  # share of the optimizer (master, moments, the gradients it reads) kept and
+                                 # stepped in host memory (memory/host.py): DeepSpeed's offload_optimizer, Megatron's
+                                 # --optimizer-cpu-offload with its fraction, FSDP2's CPUOffloadPolicy
+    param_offload: bool = False  # ZeRO-3 weight shards in host memory, copied in for every gather (DeepSpeed's
+                                 # offload_param; FSDP2's CPUOffloadPolicy, which moves both)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
                                  # interleaved: stage i runs on rank i % p); () = even
     recompute_ranks: tuple = ()  # recompute per pipeline rank (first to last); () = `recompute` on every rank
@@ -112,7 +114,7 @@ class ParallelConfig:
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
         p = check_fields(self, "parallel", limits.PARALLEL,
-                         flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap"),
+                         flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap", "param_offload"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,

@@ -47,6 +47,7 @@ from ..specs.fp8 import float8_all_gather
 from ..specs.kernels import layout_attention
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import kind_params, pipeline_stages, stage_layers
+from ..memory.host import host_step_time
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, zero_shards
 from ..pipeline.simulate import Timeline, simulate_long
@@ -297,11 +298,13 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
         windows = grad_sync_windows(par.framework, par.schedule, p, v)     # in chunk backwards
         dp_exposed = sum(max(0.0, sync / len(windows) - profile.overlap["dp"] * last_bwd / v * k) for k in windows)
         shards = zero_shards(par) if par.zero >= 1 else (1, 1)
-        opt = optimizer_time(dense / shards[0] + expert / shards[1], gpu, profile, optimizer_bytes(par))
-        if dp_exposed + exposed_extra + opt >= tail:
-            tail = dp_exposed + exposed_extra + opt
+        shard = dense / shards[0] + expert / shards[1]
+        opt = optimizer_time(shard * (1 - par.optimizer_offload), gpu, profile, optimizer_bytes(par))
+        host = host_step_time(shard, par, cluster, compute * m)
+        if dp_exposed + exposed_extra + opt + sum(host.values()) >= tail:
+            tail = dp_exposed + exposed_extra + opt + sum(host.values())
             tail_parts = {"dp_exposed": dp_exposed + exposed_extra, "dp_hidden": sync - dp_exposed + hidden_extra,
-                          "optimizer": opt}
+                          "optimizer": opt, **host}
     return tail, tail_parts
 
 
