@@ -41,11 +41,12 @@ def params(model: str, part: str = "total") -> str:
 
 def memory(part: str = "total", **kw) -> str:
     """GiB on the most loaded GPU: total, params, grads, optimizer, activations, resident, other
-    (the framework's buffers)."""
+    (the framework's buffers), host (its offloaded optimizer and weights, in host memory)."""
     est = estimate_memory(*scenario_from(_typed(kw)))
     d = est.as_dict()
     key = {"total": "total_gib", "params": "params_gib", "grads": "grads_gib", "optimizer": "optimizer_gib",
-           "activations": "activations_gib", "resident": "resident_gib", "other": "other_gib"}[part]
+           "activations": "activations_gib", "resident": "resident_gib", "other": "other_gib",
+           "host": "host_gib"}[part]
     return f"{d[key]:.1f} GiB"
 
 

@@ -52,6 +52,17 @@ def whole(values: dict, key: str) -> int:
     return value
 
 
+def real(values: dict, key: str, what: str) -> float:
+    """values[key] as a finite number (a control sends one; a tag or a link, its text); never a bool."""
+    value = values[key]
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return coerce(value, 0.0)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} must be {what} (got {show(value)})") from None
+
+
 def flag(value) -> bool:
     if isinstance(value, bool):
         return value
@@ -138,7 +149,11 @@ def scenario_from(values: dict):
         nodes, gpn = cluster_shape(world)
     else:
         nodes, gpn = whole(values, "nodes"), whole(values, "gpn") if "gpn" in values else GPUS_PER_NODE
-    cluster = parse_hardware({"gpu": values.get("gpu", "H100-80GB"), "nodes": nodes, "gpus_per_node": gpn})
+    host = {}
+    if "host_optimizer_gbps" in values:
+        host["host_optimizer_gbps"] = real(values, "host_optimizer_gbps", "a node's host memory GB/s for an "
+                                           "offloaded optimizer's step, 0 for the default")
+    cluster = parse_hardware({"gpu": values.get("gpu", "H100-80GB"), "nodes": nodes, "gpus_per_node": gpn, **host})
     if fit == "dp":
         if cluster.world % split:
             raise ConfigError(f"tp*pp*cp = {split} must divide the {nodes} x {gpn} = {cluster.world} GPUs; change "
@@ -160,6 +175,13 @@ def scenario_from(values: dict):
             par[k] = per_stage(values[k], k, number=k == "split")
     if "compile" in values:
         par["compile"] = flag(values["compile"])
+    if "param_offload" in values:
+        try:
+            par["param_offload"] = flag(values["param_offload"])
+        except ConfigError:
+            raise ConfigError(f"param_offload must be true or false (got {show(values['param_offload'])})") from None
+    if "optimizer_offload" in values:
+        par["optimizer_offload"] = real(values, "optimizer_offload", "a share from 0 to 1")
     for k in ("sp", "tp_overlap"):            # both mean something only with TP
         if k in values:
             par[k] = flag(values[k]) and par.get("tp", 1) > 1

@@ -76,6 +76,12 @@ SCENARIO = {
                                                ("attention core (core_attn+attn_proj)", "core_attn+attn_proj"),
                                                ("both", "core_attn+attn_proj+expert_fc1+moe_act")], value=v,
                                               label="modules whose saved tensors wait in host memory (Megatron)"), ""),
+    "optimizer_offload": (_slider(0.0, 1.0, "share of the optimizer kept and stepped in host memory (offload)", 0.1),
+                          0.0),
+    "param_offload": (lambda v: gr.Checkbox(v, label="ZeRO-3 weight shards in host memory (deepspeed, fsdp2)"), False),
+    "host_optimizer_gbps": (lambda v: gr.Number(v, label="host memory GB/s a node for the offloaded optimizer's step "
+                                                         "(0: 32)", minimum=0, maximum=limits.CLUSTER[
+                                                             "host_optimizer_gbps"][1]), 0.0),
     "zero": (lambda v: gr.Radio([0, 1, 2, 3], value=v, label="ZeRO stage"), 1),
     "dp_replicate": (_slider(1, 128, "HSDP replicas (fsdp2, ZeRO 2/3; 1: FSDP over every rank)"), 1),
     "sp": (lambda v: gr.Checkbox(v, label="sequence parallel"), True),

@@ -16,7 +16,8 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_replicate", "sp",
         "mbs", "gbs", "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
-        "offload_layers", "offload_modules", "precision", "fp8_recipe", "fp8_weights")
+        "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "precision", "fp8_recipe",
+        "fp8_weights")
 
 
 def layout_words(par) -> str:
@@ -47,6 +48,10 @@ def compute(v: dict):
         text += (f"\n\nGradients at the peak: {mem['grads_gib']:.2f} of {mem['grads_full_gib']:.2f} GiB. FSDP2 sets "
                  "them to None each step and, with one micro-batch per step, creates each layer's as its backward "
                  "frees that layer's activations: the peak holds the larger of the two, not their sum.")
+    if mem["host_gib"] > 0:
+        text += (f"\n\nHost memory: {mem['host_gib']:.2f} GiB for this GPU's offloaded optimizer"
+                 f"{' and weights' if par.param_offload else ''}, {mem['host_gib'] * cluster.gpus_per_node:.1f} GiB "
+                 f"a node of {cluster.gpus_per_node}, pinned ({par.framework}'s layout, calculators/memory/host.py).")
     if par.precision != "fp8" and (par.fp8_recipe or par.fp8_weights):
         text += "\n\nThe FP8 recipe and weights apply to precision fp8 only: in bf16 they change nothing."
     text += "".join(f"\n\n> warning: {escape.md(w, 600)}" for w in mem["warnings"])

@@ -18,7 +18,8 @@ from . import Widget, scenario_controls, which_model, wire
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "split", "zero", "sp",
         "tp_overlap", "ep_overlap", "mbs", "gbs", "seq", "recompute", "recompute_ranks", "schedule", "precision",
         "framework", "dispatcher", "dispatch_sms", "attention", "experts", "grad_dtype", "moment_dtype",
-        "master_dtype", "offload_layers", "offload_modules")
+        "master_dtype", "offload_layers", "offload_modules", "optimizer_offload", "param_offload",
+        "host_optimizer_gbps")
 SHOW = ("model", "gpu", "nodes", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
         "precision")                 # the controls shown where the chapter's directive does not say (show=...)
 
@@ -43,6 +44,12 @@ def compute(v: dict):
         local = model.moe.experts // par.ep
         text += (f" Host bound includes the experts' FP8 loop: {local} local experts x {EXPERT_LOOP_FP8_MS} ms per "
                  "MoE layer and micro-batch (fitted on Megatron-Bridge's runs; experts `fused` removes it).")
+    if "host_optimizer" in step.breakdown:
+        text += (f" The offloaded optimizer steps on the host in {step.breakdown['host_optimizer']:.2f} s, every "
+                 f"GPU of a node at once, at {cluster.host_optimizer_rate / 1e9:g} GB/s of host memory traffic a node "
+                 "(fitted on one published DeepSpeed run; hosts differ about 2x either way: set a measured rate in "
+                 "the host GB/s control), plus {:.2f} s of copies over the host link.".format(
+                     step.breakdown["host_copies"]))
     if mem.warnings:
         text += " " + " ".join(f"Note: {escape.md(w, 400)}." for w in mem.warnings)
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text

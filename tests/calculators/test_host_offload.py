@@ -171,3 +171,24 @@ def test_exports_name_each_frameworks_switch():
     assert '"ratio": 0.4' in ds and '"offload_param"' in ds
     _, notes = text("harness", zero=3, framework="deepspeed", optimizer_offload=1.0)
     assert any("without offloading" in n for n in notes)
+
+
+@pytest.mark.parametrize("key, bad", [("optimizer_offload", True), ("optimizer_offload", "all"),
+                                      ("optimizer_offload", float("inf")), ("param_offload", 2),
+                                      ("host_optimizer_gbps", True), ("host_optimizer_gbps", "fast"),
+                                      ("host_optimizer_gbps", -1.0)])
+def test_widget_values_name_the_offload_field(key, bad):
+    """A widget's or a shared link's value reaches the calculators only as a checked number or flag."""
+    from playbook.values import scenario_from
+    values = {"model": "llama3-8b", "nodes": 1, "gpn": 8, "dp": 8, "zero": 3, "gbs": 8, "framework": "deepspeed",
+              "optimizer_offload": 1.0, key: bad}
+    with pytest.raises(ConfigError, match=key):
+        scenario_from(values)
+
+
+def test_widget_host_rate_reaches_the_step():
+    from playbook.values import scenario_from
+    values = {"model": "llama3-8b", "nodes": 1, "gpn": 8, "dp": 8, "zero": 3, "gbs": 8, "framework": "deepspeed",
+              "optimizer_offload": "1", "host_optimizer_gbps": "64"}
+    model, cluster, par = scenario_from(values)
+    assert par.optimizer_offload == 1.0 and cluster.host_optimizer_rate == 64e9
