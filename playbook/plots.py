@@ -25,7 +25,7 @@ ROLE_COLOR = {"weights": "#4c78a8", "gradients": "#f58518", "master weights": "#
 # its kind's colour, hatched
 TIME_COLOR = {"compute": "#4c78a8", "recompute": "#9ecae9", "host": "#bab0ac", "tp": "#e45756", "cp": "#ff9da6",
               "ep": "#b279a2", "offload": "#d6616b", "pp": "#9d755d", "dp": "#f58518", "bubble": "#eeca3b",
-              "optimizer": "#54a24b", "other": "#72b7b2", "host optimizer": "#2f6b2a", "host copies": "#d6616b"}
+              "optimizer": "#54a24b", "other": "#72b7b2", "host optimizer": "#2f6b2a"}
 HIDDEN = "/"
 KIND_COLOR = {"F": "#4c78a8", "B": "#e45756", "I": "#f58518", "W": "#54a24b"}
 KIND_NAME = {"F": "forward", "B": "backward", "I": "backward (input)", "W": "backward (weights)"}
@@ -35,8 +35,10 @@ def time_color(part: str) -> str | None:
     """The colour of a step's part, by its kind: 'tp_exposed', 'DP sync hidden (s)', 'waiting for
     the host' and 'host_bound' alike."""
     words = part.lower().replace("_", " ").split()
-    if " ".join(words[:2]) in TIME_COLOR:        # the offloaded optimizer's host step and its copies
-        return TIME_COLOR[" ".join(words[:2])]
+    if words[:2] == ["host", "copies"]:          # the offloaded optimizer's copies: host-link traffic
+        return TIME_COLOR["offload"]
+    if words[:2] == ["host", "optimizer"]:       # and its step on the host
+        return TIME_COLOR["host optimizer"]
     return TIME_COLOR.get("host" if "host" in words else words[0] if words else "")
 
 

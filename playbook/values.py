@@ -59,7 +59,7 @@ def real(values: dict, key: str, what: str) -> float:
         if isinstance(value, bool):
             raise ValueError
         return coerce(value, 0.0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{key} must be {what} (got {show(value)})") from None
 
 

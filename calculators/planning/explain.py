@@ -187,7 +187,9 @@ def rejections(search, ranked, runners_up):
 
 def short(par) -> str:
     return (f"tp{par.tp} cp{par.cp} pp{par.pp} dp{par.dp}" + (f" ep{par.ep}" if par.ep > 1 else "") +
-            f" zero{par.zero} recompute={par.recompute}")
+            f" zero{par.zero} recompute={par.recompute}" +
+            (f" optimizer-offload={par.optimizer_offload:g}" if par.optimizer_offload else "") +
+            (" param-offload" if par.param_offload else ""))
 
 
 def finalists(ordered: list, n: int) -> list:

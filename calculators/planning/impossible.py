@@ -17,9 +17,12 @@ from .space import node_counts
 MIN_STATE_BYTES = 7
 
 
-def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec) -> float:
-    """GiB a GPU holds at the least: the model's state sharded over every GPU, no activations."""
-    return MIN_STATE_BYTES * model.total_params / cluster.world / 2**30
+def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec, space: dict) -> float:
+    """GiB a GPU holds at the least: the model's state sharded over every GPU, no activations; what
+    the optimizer offload the constraints name (a share, weights too) takes to the host, less."""
+    f, weights = space["optimizer_offload"][0], space["param_offload"][0]
+    floor = (0.0 if weights else 1.0) + (MIN_STATE_BYTES - 1) * (1 - f)
+    return floor * model.total_params / cluster.world / 2**30
 
 
 def impossible(search) -> tuple[str, int]:
@@ -42,7 +45,7 @@ def impossible(search) -> tuple[str, int]:
     for nodes in counts:
         limits.check_time()
         bigger = replace(cluster, nodes=nodes)
-        if _state_floor_gib(model, bigger) > usable_fraction(search.framework) * cluster.gpu.memory_gib:
+        if _state_floor_gib(model, bigger, search.space) > usable_fraction(search.framework) * cluster.gpu.memory_gib:
             continue                  # its weights, gradients and optimizer state alone do not fit: no search
         fit = type(search)(model, bigger, search.profile, search.seq, search.gbs, search.constraints).first_fit()
         if fit is not None:

@@ -11,6 +11,10 @@ from .fp8 import TE_RECIPES, TORCHAO_RECIPES, fp8_recipe
 from .hardware import BLACKWELL
 from .recompute import modules, offload_modules, policy as recompute_policy
 
+# A DGX H100's or DGX B200's system memory, 2 TB (NVIDIA's datasheets): the host memory a node is taken
+# to have where an offloaded optimizer may not fit in it (a warning, not a rule)
+HOST_MEMORY = 2e12
+
 if TYPE_CHECKING:
     from .hardware import ClusterSpec
     from .models import ModelSpec
@@ -50,6 +54,13 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
     _check_host_offload(p, par)
+    if par.optimizer_offload or par.param_offload:
+        from ..memory.host import host_bytes_per_param      # memory.host imports this package's parallel
+        node = host_bytes_per_param(par) * model.total_params / cluster.nodes
+        if node > HOST_MEMORY:
+            w.append(f"the offloaded optimizer{' and weights' if par.param_offload else ''} take about "
+                     f"{node / 1e12:.1f} TB of host memory a node, more than a DGX node's 2 TB: check the "
+                     "nodes' memory, or offload less")
     if par.schedule == "dualpipe" and par.pp == 1 and model.moe is not None:
         w.append("schedule dualpipe with pp=1 is costed as DualPipe's pairing of two micro-batches, whose "
                  "all-to-alls hide under each other's compute; "
@@ -109,8 +120,11 @@ def _check_host_offload(p: list, par: ParallelConfig) -> None:
     elif fw == "megatron":
         require(p, not par.param_offload, "Megatron offloads the optimizer only (--optimizer-cpu-offload): set "
                 "param_offload false")
-        require(p, par.zero >= 1, "Megatron's --optimizer-cpu-offload runs with its precision-aware optimizer, "
-                "over the distributed optimizer: use zero 1 or more, or optimizer_offload 0")
+        require(p, par.zero == 1, "Megatron's --optimizer-cpu-offload runs with its precision-aware optimizer, "
+                "over the distributed optimizer: use zero 1, or optimizer_offload 0")
+        require(p, par.moment_dtype != "bf16" and par.master_dtype in ("", "fp32"), "Megatron's CPU offload "
+                "(HybridDeviceOptimizer) keeps fp32 masters and Adam moments, on the host and on the GPU alike: "
+                "use moment_dtype fp32 and master_dtype fp32 with optimizer_offload")
     else:
         require(p, par.zero >= 1 or not f, "DeepSpeed offloads the optimizer of ZeRO 1 to 3 (offload_optimizer): "
                 "use zero 1 or more, or optimizer_offload 0")

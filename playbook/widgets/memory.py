@@ -49,8 +49,9 @@ def compute(v: dict):
                  "them to None each step and, with one micro-batch per step, creates each layer's as its backward "
                  "frees that layer's activations: the peak holds the larger of the two, not their sum.")
     if mem["host_gib"] > 0:
-        text += (f"\n\nHost memory: {mem['host_gib']:.2f} GiB for this GPU's offloaded optimizer"
-                 f"{' and weights' if par.param_offload else ''}, {mem['host_gib'] * cluster.gpus_per_node:.1f} GiB "
+        what = " and ".join((["optimizer"] if par.optimizer_offload else []) + (["weights"] if par.param_offload else []))
+        text += (f"\n\nHost memory: {mem['host_gib']:.2f} GiB for this GPU's offloaded {what}, "
+                 f"{mem['host_gib'] * cluster.gpus_per_node:.1f} GiB "
                  f"a node of {cluster.gpus_per_node}, pinned ({par.framework}'s layout, calculators/memory/host.py).")
     if par.precision != "fp8" and (par.fp8_recipe or par.fp8_weights):
         text += "\n\nThe FP8 recipe and weights apply to precision fp8 only: in bf16 they change nothing."

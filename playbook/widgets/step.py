@@ -44,12 +44,15 @@ def compute(v: dict):
         local = model.moe.experts // par.ep
         text += (f" Host bound includes the experts' FP8 loop: {local} local experts x {EXPERT_LOOP_FP8_MS} ms per "
                  "MoE layer and micro-batch (fitted on Megatron-Bridge's runs; experts `fused` removes it).")
-    if "host_optimizer" in step.breakdown:
+    if step.breakdown.get("host_optimizer", 0.0) > 0:
         text += (f" The offloaded optimizer steps on the host in {step.breakdown['host_optimizer']:.2f} s, every "
                  f"GPU of a node at once, at {cluster.host_optimizer_rate / 1e9:g} GB/s of host memory traffic a node "
                  "(fitted on one published DeepSpeed run; hosts differ about 2x either way: set a measured rate in "
                  "the host GB/s control), plus {:.2f} s of copies over the host link.".format(
                      step.breakdown["host_copies"]))
+    elif "host_copies" in step.breakdown:
+        text += (f" The weights offloaded to the host cost {step.breakdown['host_copies']:.2f} s of copies over the "
+                 "host link beyond what the passes hide.")
     if mem.warnings:
         text += " " + " ".join(f"Note: {escape.md(w, 400)}." for w in mem.warnings)
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text

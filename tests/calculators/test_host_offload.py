@@ -51,6 +51,46 @@ def test_host_bytes_follow_the_frameworks_sources():
     assert states()[1] == 0.0
 
 
+def test_deepspeed_zero1_keeps_its_gradients_and_twin_flow_keeps_a_bf16_partition_of_all():
+    """ZeRO 1 reduces its whole bf16 gradients at the last micro-batch, so they stay on the GPU
+    and go down after backward; ZeRO 3's host gradient partition is bf16 for every element whatever
+    Twin-Flow's ratio (stage3.py), so the host holds 16 f + 2 bytes."""
+    gpu1, host1 = states(zero=1, optimizer_offload=1.0)
+    assert gpu1 == pytest.approx(2 + 2)                             # bf16 weights and bf16 gradients
+    assert link_bytes_per_param(ParallelConfig(dp=8, zero=1, gbs=16, framework="deepspeed",
+                                               optimizer_offload=1.0)) == (0.0, 6.0)
+    assert states(optimizer_offload=0.4)[1] == pytest.approx((16 * 0.4 + 2) / 8)
+    assert link_bytes_per_param(ParallelConfig(dp=8, zero=3, gbs=8, framework="deepspeed",
+                                               optimizer_offload=0.4))[0] == 8.0
+    # weights alone on the host: the GPU's updated weights go down after its step
+    assert link_bytes_per_param(ParallelConfig(dp=8, zero=3, gbs=8, framework="deepspeed",
+                                               param_offload=True)) == (4.0, 2.0)
+
+
+def test_fsdp2_under_a_pipeline_copies_its_gradients_once():
+    par = ParallelConfig(dp=4, pp=2, zero=3, gbs=32, framework="fsdp2", optimizer_offload=1.0, param_offload=True)
+    assert link_bytes_per_param(par) == (4.0 + 4.0 * 2 * par.microbatches, 0.0)
+
+
+def test_a_node_past_a_dgxs_host_memory_is_warned():
+    big = model_from_name("llama3-405b")
+    par = ParallelConfig(dp=8, zero=3, gbs=8, framework="deepspeed", optimizer_offload=1.0, param_offload=True)
+    assert any("TB of host memory a node" in w for w in estimate_memory(big, NODE, par).warnings)
+    assert not any("host memory" in w for w in estimate_memory(MODEL, NODE, par).warnings)
+
+
+def test_the_smallest_cluster_counts_the_offloaded_state():
+    """The planner's 'smallest cluster that fits' skips clusters whose state alone cannot fit; with
+    the optimizer and weights on the host that floor is the weights' 0 bytes, not 7."""
+    from calculators.planning.planner import plan
+    big = model_from_name("llama3-405b")
+    result = plan(big, ClusterSpec(H100, 1, 8), 131072, 8,
+                  {"framework": "deepspeed", "zero": 3, "optimizer_offload": 1.0, "param_offload": True, "tp": 8})
+    assert not result.plans
+    assert "optimizer-offload=1 param-offload" in result.impossible
+    assert "has 2 nodes" in result.impossible
+
+
 def test_megatron_keeps_weights_and_main_grads_and_offloads_a_share():
     gpu0, _ = states("megatron", zero=1)
     gpu_half, _ = states("megatron", zero=1, optimizer_offload=0.5)
@@ -121,6 +161,8 @@ def test_alst_baselines():
     ("fsdp2", 1, {"optimizer_offload": 1.0, "param_offload": True}, "use zero 2 or 3"),
     ("megatron", 1, {"optimizer_offload": 1.0, "param_offload": True}, "optimizer only"),
     ("megatron", 0, {"optimizer_offload": 1.0}, "distributed optimizer"),
+    ("megatron", 3, {"optimizer_offload": 1.0}, "use zero 1"),
+    ("megatron", 1, {"optimizer_offload": 1.0, "moment_dtype": "bf16"}, "fp32 masters and Adam moments"),
     ("deepspeed", 0, {"optimizer_offload": 1.0}, "ZeRO 1 to 3"),
     ("deepspeed", 2, {"optimizer_offload": 0.4}, "Twin-Flow"),
     ("deepspeed", 2, {"optimizer_offload": 1.0, "param_offload": True}, "offload_param"),
@@ -174,6 +216,7 @@ def test_exports_name_each_frameworks_switch():
 
 
 @pytest.mark.parametrize("key, bad", [("optimizer_offload", True), ("optimizer_offload", "all"),
+                                      ("optimizer_offload", 10 ** 400), ("host_optimizer_gbps", 10 ** 400),
                                       ("optimizer_offload", float("inf")), ("param_offload", 2),
                                       ("host_optimizer_gbps", True), ("host_optimizer_gbps", "fast"),
                                       ("host_optimizer_gbps", -1.0)])
