@@ -215,7 +215,7 @@ def cmd_memory(args) -> int:
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
             "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-            "offload_layers", "offload_modules")})
+            "offload_layers", "offload_modules", "optimizer_offload", "param_offload")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -235,6 +235,9 @@ def cmd_memory(args) -> int:
     verdict = "fits" if est.fits else "does NOT fit"
     print(f"\nmost loaded GPU: stage {est.worst.stage}, {est.total_gib:.2f} GiB of {est.capacity_gib:.2f} GiB: "
           f"{verdict} (rule: peak <= {est.usable_fraction:.0%} of capacity, {par.framework}'s)")
+    if est.worst.host_gib:
+        print(f"host memory: {est.worst.host_gib:.2f} GiB a GPU for its offloaded optimizer or weights, "
+              f"{est.worst.host_gib * cluster.gpus_per_node:.1f} GiB a node")
     for w in est.warnings:
         print(f"warning: {w}")
     return 0
@@ -293,6 +296,11 @@ def main(argv=None) -> int:
                         "--fine-grained-activation-offloading --offload-modules), e.g. expert_fc1+moe_act")
     m.add_argument("--offload-layers", type=int, default=0,
                    help="layers whose activations wait in host memory (Megatron's --cpu-offloading-num-layers)")
+    m.add_argument("--optimizer-offload", type=float, default=0.0, metavar="SHARE",
+                   help="share of the optimizer kept and stepped in host memory, 0 to 1 (DeepSpeed's "
+                        "offload_optimizer, Megatron's --optimizer-cpu-offload, FSDP2's CPUOffloadPolicy)")
+    m.add_argument("--param-offload", action="store_true",
+                   help="ZeRO-3 weight shards in host memory (DeepSpeed's offload_param, FSDP2's CPUOffloadPolicy)")
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")
     m.add_argument("--seq", type=int, default=4096)
     m.add_argument("--sp", action="store_true", help="sequence parallelism with TP")

@@ -90,6 +90,11 @@ def test_memory_table():
     assert odd.returncode == 2 and "tp*pp*cp = 3*1*1 = 3 does not divide the 1 x 8 = 8 GPUs" in odd.stderr
     missing = run_cli("memory", "--config", "no/such/config.json")
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Errno" not in missing.stderr
+    offloaded = run_cli("memory", "--model", "llama3-70b", "--zero", "3", "--framework", "deepspeed",
+                        "--optimizer-offload", "1", "--param-offload")
+    assert offloaded.returncode == 0 and "host memory: 164.27 GiB a GPU" in offloaded.stdout, offloaded.stderr
+    nan = run_cli("memory", "--zero", "3", "--framework", "deepspeed", "--optimizer-offload", "nan")
+    assert nan.returncode == 2 and "optimizer_offload must be a number from 0 to 1" in nan.stderr
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True)
