@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
-from .host import gpu_layout, host_bytes_per_param
+from .host import gpu_layout
 from .offload import kept_on_gpu, offload_bytes
 from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
-from ..specs.frameworks import bytes_per_param, grad_dtype, master_dtype, pipeline_grad_bytes, retained_buffers
+from ..specs.frameworks import (bytes_per_param, grad_dtype, host_bytes_per_param, master_dtype, pipeline_grad_bytes,
+                                retained_buffers)
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, check_layout, virtual_split, zero_shards

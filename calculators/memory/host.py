@@ -41,7 +41,6 @@ from __future__ import annotations
 from ..specs.hardware import ClusterSpec
 from ..specs.parallel import ParallelConfig
 
-HOST_BYTES = {"deepspeed": 18.0, "megatron": 16.0, "fsdp2": 16.0}   # per offloaded element, in host memory
 HOST_STEP_BYTES = {"deepspeed": 34.0, "megatron": 28.0, "fsdp2": 28.0}   # host memory traffic of its step
 
 
@@ -60,18 +59,6 @@ def gpu_layout(layout: dict, par: ParallelConfig) -> dict:
     if par.param_offload:
         out["weights"] = (layout["weights"][0], 0.0)
     return out
-
-
-def host_bytes_per_param(par: ParallelConfig) -> float:
-    """Host memory per element of the rank's optimizer shard (module docstring)."""
-    if not par.optimizer_offload and not par.param_offload:
-        return 0.0
-    f, fw = par.optimizer_offload, par.framework
-    if fw == "deepspeed" and par.zero == 3 and f:       # the bf16 gradient partition, for every element
-        own = (HOST_BYTES[fw] - 2.0) * f + 2.0
-    else:
-        own = HOST_BYTES.get(fw, 16.0) * f
-    return own + (2.0 if par.param_offload and fw == "deepspeed" else 0.0)
 
 
 def link_bytes_per_param(par: ParallelConfig) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..memory.estimate import peak_memory, usable_fraction
+from ..specs.errors import ConfigError
 from ..specs import limits
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
@@ -25,6 +26,27 @@ def _state_floor_gib(model: ModelSpec, cluster: ClusterSpec, space: dict) -> flo
     return floor * model.total_params / cluster.world / 2**30
 
 
+def _offloaded(model: ModelSpec, cluster: ClusterSpec, par) -> str:
+    """What the closest layout would need with its optimizer (and, where the framework moves them
+    together, its weights) in host memory, where the constraints did not already say, if that fits."""
+    if par.optimizer_offload or par.param_offload or par.framework == "nanotron":
+        return ""
+    both = par.framework == "fsdp2"             # FSDP2's CPUOffloadPolicy moves the weights with it
+    for zero in sorted({par.zero, 1, 2, 3} - set(range(par.zero))):   # the stages that offload, lowest first
+        try:
+            mem = peak_memory(model, cluster, replace(par, optimizer_offload=1.0, param_offload=both, zero=zero))
+        except ConfigError:                      # the framework does not offload at this ZeRO stage
+            continue
+        if mem.fits:
+            break
+    else:
+        return ""
+    knobs = "optimizer_offload 1" + (" and param_offload true" if both else "") + \
+        (f", at zero {zero}" if zero != par.zero else "")
+    return (f". With its optimizer in host memory ({knobs}) it would need {mem.total_gib:.1f} GiB and fit, "
+            "its step slowed by the host's optimizer step: plan with that constraint to see it")
+
+
 def impossible(search) -> tuple[str, int]:
     """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
     model, cluster = search.model, search.cluster
@@ -39,6 +61,7 @@ def impossible(search) -> tuple[str, int]:
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
     closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
     text += f"; the closest, {short(closest.par)}, is {oom_reason(peak_memory(model, cluster, closest.par))}"
+    text += _offloaded(model, cluster, closest.par)
     counts = node_counts(cluster.nodes, cluster.gpus_per_node)
     if not counts:
         return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0

@@ -345,3 +345,20 @@ def host_scale(framework: str, tp_per_node: int, tp_nodes: int, pipeline_crosses
         return 1.0
     pp = tp_per_node ** NANOTRON_CROSS_NODE_PP_HOST if pipeline_crosses_nodes else 1.0
     return pp * max(1, tp_nodes)
+
+
+# Host memory per element of a rank's optimizer shard that the framework's optimizer offload keeps
+# (parallel.optimizer_offload; memory/host.py says what, from each framework's source)
+HOST_BYTES = {"deepspeed": 18.0, "megatron": 16.0, "fsdp2": 16.0}
+
+
+def host_bytes_per_param(par) -> float:
+    """Host memory per element of the rank's optimizer shard (HOST_BYTES; memory/host.py)."""
+    if not par.optimizer_offload and not par.param_offload:
+        return 0.0
+    f, fw = par.optimizer_offload, par.framework
+    if fw == "deepspeed" and par.zero == 3 and f:       # the bf16 gradient partition, for every element
+        own = (HOST_BYTES[fw] - 2.0) * f + 2.0
+    else:
+        own = HOST_BYTES.get(fw, 16.0) * f
+    return own + (2.0 if par.param_offload and fw == "deepspeed" else 0.0)

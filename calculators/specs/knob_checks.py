@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .errors import require
 from .fp8 import TE_RECIPES, TORCHAO_RECIPES, fp8_recipe
+from .frameworks import host_bytes_per_param
 from .hardware import BLACKWELL
 from .recompute import modules, offload_modules, policy as recompute_policy
 
@@ -55,7 +56,6 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     _check_offload(p, w, model, par)
     _check_host_offload(p, par)
     if par.optimizer_offload or par.param_offload:
-        from ..memory.host import host_bytes_per_param      # memory.host imports this package's parallel
         node = host_bytes_per_param(par) * model.total_params / cluster.nodes
         if node > HOST_MEMORY:
             w.append(f"the offloaded optimizer{' and weights' if par.param_offload else ''} take about "

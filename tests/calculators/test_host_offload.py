@@ -235,3 +235,14 @@ def test_widget_host_rate_reaches_the_step():
               "optimizer_offload": "1", "host_optimizer_gbps": "64"}
     model, cluster, par = scenario_from(values)
     assert par.optimizer_offload == 1.0 and cluster.host_optimizer_rate == 64e9
+
+
+def test_when_nothing_fits_the_answer_says_what_offloading_would_fit():
+    from calculators.planning.planner import plan
+    big = model_from_name("llama3-70b")
+    deepspeed = plan(big, NODE, 8192, 8, {"framework": "deepspeed"})
+    assert not deepspeed.plans and "(optimizer_offload 1, at zero 1) it would need" in deepspeed.impossible
+    fsdp2 = plan(big, ClusterSpec(H100, 1, 4), 8192, 8, {"framework": "fsdp2"})
+    assert not fsdp2.plans and "optimizer_offload 1 and param_offload true" in fsdp2.impossible
+    nanotron = plan(big, NODE, 8192, 8, {"framework": "nanotron"})
+    assert "host memory" not in nanotron.impossible
