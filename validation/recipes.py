@@ -9,11 +9,14 @@ import re
 def loss(settings: str) -> str:
     """The loss kernel a row states (loss=eager, loss=compiled or loss=bf16 in its other settings): a
     run of torchtitan from before it compiled its loss under training.compile says loss=eager, NeMo
-    Automodel's MoE benchmarks (MaskedCrossEntropy with fp32_upcast false) loss=bf16."""
+    Automodel's MoE benchmarks (MaskedCrossEntropy with fp32_upcast false) loss=bf16; ALST's tiled
+    logits and loss (Liger-Kernel's fused linear cross-entropy) chunked."""
     for kernel in ("eager", "compiled", "bf16"):
         if f"loss={kernel}" in settings.replace(" ", "").lower():
             return kernel
-    return ""
+    # ALST's rows say "tiled logits", or "ALST" for all its features; its baselines say "baseline"
+    alst = re.search(r"\bALST\b", settings) and "baseline" not in settings
+    return "chunked" if alst or re.search(r"tiled logits|fused linear cross.?entropy", settings, re.I) else ""
 
 
 def te_modules(settings: str) -> bool:

@@ -115,7 +115,11 @@ def autocast_over_fp32(par: ParallelConfig) -> bool:
     fp32 (the embedding's output), so each norm keeps an fp32 input, and eagerly each linear casts
     its fp32 input to bf16 on its own and keeps that copy (q, k and v: three). Under torch.compile
     Inductor fuses the casts and keeps what a bf16 model keeps, plus the weight casts. Measured
-    tensor by tensor on an H100 (validation/data/h100_harness/saved_bytes_*.json)."""
+    tensor by tensor on an H100 (validation/data/h100_harness/saved_bytes_*.json). With tp, pp or cp
+    this is our harness's layout (benchmarks/train.py autocasts at ZeRO 0 whatever the other
+    degrees), not torchtitan's: it autocast only under DDP or on one GPU (with TP, PP or CP it trained
+    without mixed precision) and since 2026-06 applies fully_shard always, also over one rank, mixed
+    precision by FSDP's policy (its llama3 parallelize.py, commit d92336fee)."""
     return par.framework == "fsdp2" and par.zero <= 1
 
 
@@ -355,4 +359,10 @@ def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[flo
     logits = T * model.vocab / par.tp
     kept_per_logit, transient = loss_activation_bytes(loss_kernel(par))
     kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + kept_per_logit * logits
+    if loss_kernel(par) == "chunked":
+        # Liger's fused linear cross-entropy makes the input's and the weight's gradients in the forward
+        # and keeps them (bf16, the weight's dtype); beside them a chunk of about T x h logits (its
+        # chunk_size: T / ceil(V / h) tokens, a power of two) and an fp32 loss a token
+        kept += BF16 * T * model.hidden + BF16 * model.vocab * model.hidden / par.tp
+        return kept, BF16 * min(T * model.hidden, logits) + FP32 * T
     return kept, transient * logits

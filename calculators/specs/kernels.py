@@ -44,7 +44,8 @@ def loss_kernel(par) -> str:
       loss function whenever training.compile is on since 2025-04-02 (commit bbb1b616e,
       torchtitan/components/loss.py build_cross_entropy_loss); runs before that compiled the
       model only (say loss="eager");
-    - deepspeed: "eager", PyTorch's F.cross_entropy on an fp32 upcast of the logits.
+    - deepspeed: "eager", PyTorch's F.cross_entropy on an fp32 upcast of the logits;
+    - "chunked" is asked for: Liger-Kernel's fused linear cross-entropy (loss_bytes_per_logit).
     """
     if par.loss:
         return par.loss
@@ -84,6 +85,12 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
       counted.
     - fused (Megatron's cross_entropy_loss_fusion, on in NVIDIA's recipes): 8 and 8, about four
       fp32 passes, one kernel each way (not measured).
+    - chunked (Liger-Kernel's fused linear cross-entropy, which ALST's tiled logits and loss and the
+      Hugging Face trainers' use_liger_kernel run): a chunk of tokens at a time, its logits' GEMM, then
+      one kernel that reads the chunk's bf16 logits twice (the online softmax, then the gradient) and
+      writes the gradient in their place, 6 bytes; the two backward GEMMs run in the forward too, and
+      the backward only scales what they left (nothing per logit; Liger skips it for a gradient of 1:
+      src/liger_kernel/ops/fused_linear_cross_entropy.py). Not measured.
     """
     if kernel == "nanotron":
         return (38.0, 6), (14.0, 2)
@@ -93,6 +100,8 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
         return (4.0, 2), (8.0, 2)
     if kernel == "eager":
         return (25.0, 3), (24.0, 3)
+    if kernel == "chunked":
+        return (6.0, 1), (0.0, 0)
     return (8.0, 2), (8.0, 2)
 
 
@@ -110,9 +119,11 @@ def loss_activation_bytes(kernel: str) -> tuple[float, float]:
     - fused (Megatron's vocabulary-parallel loss): its fp32 softmax (4), the bf16 logits or their
       gradient beside it (2);
     - nanotron: the fp32 softmax (4); it casts the logits to fp32 in a pipeline block and makes a
-      contiguous transposed copy before its loss: 2 + 4 + 4 transient.
+      contiguous transposed copy before its loss: 2 + 4 + 4 transient;
+    - chunked: no logit is kept, and only a chunk's are ever alive (activations.output_layer_activations
+      counts what it keeps instead: the input's and the weight's gradients, made in the forward).
     """
-    return {"compiled": (2.0, 2.0), "bf16": (2.0, 2.0), "fused": (4.0, 2.0),
+    return {"compiled": (2.0, 2.0), "bf16": (2.0, 2.0), "fused": (4.0, 2.0), "chunked": (0.0, 0.0),
             "nanotron": (4.0, 10.0)}.get(kernel, (4.0, 6.0))
 
 

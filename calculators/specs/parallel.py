@@ -21,7 +21,7 @@ from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, OFFLOAD_MODULES, STANDA
                         valid as recompute_valid)
 
 ATTENTION_KERNELS = ("", "fa2", "fa3", "cudnn", "cudnn-2025")    # "": the framework's (kernels.attention_kernel)
-LOSS_KERNELS = ("", "eager", "compiled", "bf16")   # "": the framework's (kernels.loss_kernel)
+LOSS_KERNELS = ("", "eager", "compiled", "bf16", "chunked")   # "": the framework's (kernels.loss_kernel)
 EXPERT_KERNELS = ("", "loop", "fused")             # "": the framework's (kernels.expert_kernel)
 ELEMENTWISE_KERNELS = ("", "eager", "fused", "eager-fused-norm")   # "": the framework's (kernels.elementwise_kernels)
 GRAD_DTYPES = ("", "fp32", "bf16")                 # "": the framework's (frameworks.grad_dtype)
@@ -69,7 +69,7 @@ class ParallelConfig:
     attention: str = ""          # its kernel: fa2 | fa3 | cudnn | cudnn-2025 (cuDNN 9.9 to 9.13); "": the framework's
     compile: bool = False        # torch.compile (fsdp2, deepspeed): element-wise ops fused, fewer saved
     loss: str = ""               # the cross-entropy: eager | compiled | bf16 (eager on the bf16 logits, no fp32
-                                 # upcast); "": the framework's (kernels.loss_kernel)
+                                 # upcast) | chunked (Liger's fused linear one); "": kernels.loss_kernel's
     experts: str = ""            # the local experts' GEMMs: loop (a launch per expert, Transformer Engine's
                                  # GroupedLinear) | fused (one kernel); "": the framework's (kernels.expert_kernel)
     elementwise: str = ""        # the norms, RoPE and activation kernels' HBM traffic: eager (unfused PyTorch
