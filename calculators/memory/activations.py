@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..specs.kernels import loss_activation_bytes, loss_kernel
+from ..specs.kernels import liger_chunk, loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, routed_tokens
 from ..specs.recompute import (MODULES, modules, policy, recomputed_modules, recomputed_norms, sac_recomputes_attention,
@@ -360,9 +360,11 @@ def output_layer_activations(model: ModelSpec, par: ParallelConfig) -> tuple[flo
     kept_per_logit, transient = loss_activation_bytes(loss_kernel(par))
     kept = BF16 * 2 * T_sp * model.hidden + FP32 * T_sp + kept_per_logit * logits
     if loss_kernel(par) == "chunked":
-        # Liger's fused linear cross-entropy makes the input's and the weight's gradients in the forward
-        # and keeps them (bf16, the weight's dtype); beside them a chunk of about T x h logits (its
-        # chunk_size: T / ceil(V / h) tokens, a power of two) and an fp32 loss a token
-        kept += BF16 * T * model.hidden + BF16 * model.vocab * model.hidden / par.tp
-        return kept, BF16 * min(T * model.hidden, logits) + FP32 * T
+        # Liger's fused linear cross-entropy (one rank holds the whole vocabulary: tp 1) makes the input's
+        # and the weight's gradients in the forward and keeps them, in the input's and the weight's dtype
+        # (fp32 under autocast over fp32 weights), and not the norm's output, which only its forward
+        # read; beside them a chunk's bf16 logits (kernels.liger_chunk) and an fp32 loss a token
+        grad = FP32 if autocast_over_fp32(par) else BF16
+        kept += grad * (T * model.hidden + model.vocab * model.hidden) - BF16 * T_sp * model.hidden
+        return kept, BF16 * liger_chunk(T, model.vocab, model.hidden) * model.vocab + FP32 * T
     return kept, transient * logits

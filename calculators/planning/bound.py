@@ -4,13 +4,15 @@ The search (planner.py) expands structures best first by this time and skips one
 than `prune` times behind the leaders, so it must not overstate what the structure's knobs can
 reach by that much: then a structure better than the leaders is never skipped. The fastest knobs
 are not all at the ends of their ranges: ZeRO-1 can beat ZeRO-0 (a sharded optimizer step), HSDP
-can beat FSDP over every rank, and the largest micro-batch leaves a pipeline few micro-batches,
-whose bubble interleaving removes. So the bound tries every ZeRO stage the structure runs and every
-HSDP grouping (they share the pipeline's costs, step.zero_terms: cheap), the smallest and the
-largest micro-batch, and, at each, the interleavings where 1F1B's bubble is over the slack (not for
-MoE yet: there it expands 7 times the structures, DeepSeek-V3 on 1,024 GPUs from 1.3 s to 12 s,
-past the widget's 10 s). tests/calculators/test_planner_bound.py holds dense structures to it
-against every knob; before, they were overstated by up to 28%.
+can beat FSDP over every rank, a middle micro-batch can beat both ends (the host's time at the small
+end, the bubble at the large), and the largest leaves a pipeline few micro-batches, whose bubble
+interleaving removes. So the bound tries every ZeRO stage the structure runs and every HSDP grouping
+(they share the pipeline's costs, step.zero_terms: cheap), every micro-batch that divides the batch,
+and, at each, the interleavings where 1F1B's bubble is over the slack. Not for MoE yet, which keeps
+to the smallest and largest micro-batch without interleaving: there the rest expands 7 times the
+structures (DeepSeek-V3 on 1,024 GPUs from 1.3 s to 12 s, past the widget's 10 s).
+tests/calculators/test_planner_bound.py holds dense structures to it against every knob; before,
+they were overstated by up to 28%.
 """
 from __future__ import annotations
 
@@ -32,15 +34,17 @@ def _schedules(search, base, m: int, prune: float) -> list:
 
 
 def optimistic(search, base, prune: float) -> float:
-    """A structure's time with its fastest knobs, fit or not: no recompute, every precision, ZeRO stage
-    and HSDP grouping allowed, the smallest and the largest micro-batch, the schedules with the smallest
+    """A structure's time with its fastest knobs, fit or not: no recompute, every precision, ZeRO stage,
+    HSDP grouping and micro-batch allowed (MoE: the smallest and the largest), the schedules with the smallest
     bubble (zero-bubble or 1F1B; the deepest interleaving that runs; DualPipe, hiding MoE all-to-alls,
     where allowed), Megatron's EP overlap where allowed."""
     sp = search.space
     paired = True in sp["ep_overlap"] and base.ep > 1      # Megatron's EP overlap, where allowed
     zeros = search.zero_stages(base.dp, base.cp, base.pp)
     dividing = [b for b in sp["mbs"] if search.gbs % (base.dp * b) == 0] or [min(sp["mbs"])]
-    sizes = sorted({min(sp["mbs"]), max(dividing)})
+    # a middle micro-batch can beat both ends (the host's time at the small end, the bubble at the
+    # large); MoE keeps to the ends, for speed, as it keeps from interleaving
+    sizes = sorted({min(sp["mbs"]), max(dividing)}) if search.model.moe else dividing
     times = []
     for precision in sp["precision"]:
         for mbs in sizes:

@@ -32,19 +32,23 @@ def _offloaded(model: ModelSpec, cluster: ClusterSpec, par) -> str:
     if par.optimizer_offload or par.param_offload or par.framework == "nanotron":
         return ""
     both = par.framework == "fsdp2"             # FSDP2's CPUOffloadPolicy moves the weights with it
-    for zero in sorted({par.zero, 1, 2, 3} - set(range(par.zero))):   # the stages that offload, lowest first
+    # Megatron's offload keeps fp32 moments and masters (knob_checks); each framework offloads from
+    # its own ZeRO stages: the lowest that fits
+    fp32 = {"moment_dtype": "", "master_dtype": ""} if par.framework == "megatron" else {}
+    for zero in (1, 2, 3):
         try:
-            mem = peak_memory(model, cluster, replace(par, optimizer_offload=1.0, param_offload=both, zero=zero))
+            mem = peak_memory(model, cluster, replace(par, optimizer_offload=1.0, param_offload=both, zero=zero,
+                                                      **fp32))
         except ConfigError:                      # the framework does not offload at this ZeRO stage
             continue
         if mem.fits:
             break
     else:
         return ""
-    knobs = "optimizer_offload 1" + (" and param_offload true" if both else "") + \
-        (f", at zero {zero}" if zero != par.zero else "")
+    knobs = "optimizer_offload 1" + (", param_offload true" if both else "") + f", zero {zero}" + \
+        (", moment_dtype and master_dtype fp32" if fp32 and (par.moment_dtype or par.master_dtype) else "")
     return (f". With its optimizer in host memory ({knobs}) it would need {mem.total_gib:.1f} GiB and fit, "
-            "its step slowed by the host's optimizer step: plan with that constraint to see it")
+            "its step slowed by the host's optimizer step: plan with those constraints to see it")
 
 
 def impossible(search) -> tuple[str, int]:

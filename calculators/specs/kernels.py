@@ -4,6 +4,8 @@ and the element-wise ops, and what the loss's kernels move and keep. `parallel.a
 the time and memory models ask here."""
 from __future__ import annotations
 
+import math
+
 from .hardware import AMD, BLACKWELL
 
 
@@ -103,6 +105,14 @@ def loss_bytes_per_logit(kernel: str) -> tuple[tuple[float, int], tuple[float, i
     if kernel == "chunked":
         return (6.0, 1), (0.0, 0)
     return (8.0, 2), (8.0, 2)
+
+
+def liger_chunk(tokens: float, vocab: int, hidden: int) -> int:
+    """Tokens a chunk of Liger-Kernel's fused linear cross-entropy holds (loss "chunked"): its
+    chunk_size, the tokens over ceil(V / h) rounded up to a power of two, at most all of them, so that
+    a chunk's logits are about T x h (src/liger_kernel/ops/fused_linear_cross_entropy.py)."""
+    chunks = max(1, math.ceil(vocab / hidden))
+    return int(min(tokens, 2 ** math.ceil(math.log2(max(1.0, math.ceil(tokens / chunks))))))
 
 
 def loss_activation_bytes(kernel: str) -> tuple[float, float]:

@@ -55,6 +55,9 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
     _check_host_offload(p, par)
+    if par.loss == "chunked" and par.tp > 1:
+        p.append("loss chunked (Liger-Kernel's fused linear cross-entropy) takes the whole vocabulary on each rank; "
+                 "a tensor-parallel output layer holds a slice of it: use tp 1, or another loss")
     if par.optimizer_offload or par.param_offload:
         node = host_bytes_per_param(par) * model.total_params / cluster.nodes
         if node > HOST_MEMORY:

@@ -20,6 +20,8 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from . import elementwise
@@ -28,7 +30,7 @@ from .attention import attention_time
 from .flops import attention_flops
 from ..specs.fp8 import fp8_weight_grad
 from ..specs.frameworks import fused_matmuls
-from ..specs.kernels import (eager_ops, expert_gemm_share, layout_attention, loss_bytes_per_logit,
+from ..specs.kernels import (eager_ops, expert_gemm_share, layout_attention, liger_chunk, loss_bytes_per_logit,
                              loss_kernel)
 from ..specs.hardware import GPUSpec
 from ..specs.models import ModelSpec
@@ -208,6 +210,16 @@ def output_layer_time(model: ModelSpec, par: ParallelConfig, gpu: GPUSpec, profi
     g = gemm_time(T, model.vocab / par.tp, model.hidden, gpu, profile)
     logits = T * model.vocab / par.tp
     (fwd, fwd_kernels), (bwd, bwd_kernels) = loss_bytes_per_logit(loss_kernel(par))
+    if loss_kernel(par) == "chunked":
+        # Liger's fused linear cross-entropy runs all three GEMMs in its forward, a chunk of tokens at a
+        # time: the weight's gradient as one GEMM a chunk (K = the chunk's tokens), each adding into the
+        # V x h accumulator; backward scales the two gradients it kept, unless the loss's gradient is 1
+        # (one micro-batch a step)
+        chunk = liger_chunk(T, model.vocab, model.hidden)
+        grad_w = gemm_time(model.vocab, model.hidden, chunk, gpu, profile, count=math.ceil(T / chunk))
+        scale = 0.0 if par.microbatches == 1 else memory_time(
+            2 * 2 * BF16 * (T + model.vocab) * model.hidden, 2, gpu, profile)
+        return 2 * g + grad_w + memory_time(fwd * logits, fwd_kernels, gpu, profile), scale, 0.0
     return (g + memory_time(fwd * logits, fwd_kernels, gpu, profile),
             g + memory_time(bwd * logits, bwd_kernels, gpu, profile), g)
 

@@ -68,10 +68,41 @@ def test_kept_bytes_are_what_pytorch_saves(T, h, V):
     model = ModelSpec(layers=1, hidden=h, heads=4, kv_heads=4, ffn=4 * h, vocab=V)
     chunked = output_layer_activations(model, ParallelConfig(seq=T, gbs=1, loss="chunked"))[0]
     eager = output_layer_activations(model, ParallelConfig(seq=T, gbs=1, loss="eager"))[0]
-    norm = 2 * 2 * T * h + 4 * T                 # the final norm's input and output, its rstd: both kernels
-    assert chunked - norm == sum(saved) == 2 * T * h + 2 * V * h
-    assert eager - norm == 4 * T * V             # the eager loss keeps its fp32 log-softmax
+    norm = 2 * T * h + 4 * T                     # the final norm's input and its rstd
+    assert chunked - norm == sum(saved) == 2 * T * h + 2 * V * h     # not the norm's output: no GEMM reads it later
+    assert eager - norm - 2 * T * h == 4 * T * V  # the output GEMM's input, the eager loss's fp32 log-softmax
+    # under autocast over fp32 weights (fsdp2 at ZeRO 0) the gradients take the fp32 weight's and input's dtype
+    fp32 = output_layer_activations(model, ParallelConfig(seq=T, gbs=1, loss="chunked", framework="fsdp2"))[0]
+    assert fp32 - output_layer_activations(model, ParallelConfig(seq=T, gbs=1, loss="chunked",
+                                                                 framework="fsdp2", zero=3))[0] == 2 * T * h + 2 * V * h
 
 
-def test_chunked_costs_one_pass_over_the_logits_and_no_backward():
+def test_chunked_costs_one_pass_over_the_logits_and_its_gemms_in_the_forward():
+    """All three GEMMs run in Liger's forward, the weight's gradient a chunk at a time (K = the chunk's
+    tokens, each adding into the V x h accumulator: slower than one GEMM over every token); backward
+    only scales what it kept, and not at all for a loss gradient of 1 (one micro-batch a step)."""
+    from calculators.specs.hardware import gpu_from_name
+    from calculators.specs.kernels import liger_chunk
+    from calculators.specs.presets import model_from_name
+    from calculators.time.compute import gemm_time, output_layer_time
+    from calculators.time.profiles import default_profile
     assert loss_bytes_per_logit("chunked") == ((6.0, 1), (0.0, 0))
+    assert liger_chunk(8192, 128256, 4096) == 256 and liger_chunk(100, 1000, 4096) == 100
+    gpu, model = gpu_from_name("H100-80GB"), model_from_name("llama3-8b")
+    profile = default_profile(gpu.name)
+    f, b, w = output_layer_time(model, ParallelConfig(seq=8192, gbs=1, loss="chunked"), gpu, profile)
+    fe, be, we = output_layer_time(model, ParallelConfig(seq=8192, gbs=1, loss="compiled"), gpu, profile)
+    one = gemm_time(8192, model.vocab, model.hidden, gpu, profile)
+    assert (b, w) == (0.0, 0.0) and we == one
+    assert f > fe + be - one + 0.5 * one          # the chunked weight gradient costs more than one GEMM
+    assert output_layer_time(model, ParallelConfig(seq=8192, gbs=2, loss="chunked"), gpu, profile)[1] > 0
+
+
+def test_chunked_refuses_a_tensor_parallel_output_layer():
+    from calculators.memory.estimate import estimate_memory
+    from calculators.specs.errors import ConfigError
+    from calculators.specs.hardware import ClusterSpec, gpu_from_name
+    from calculators.specs.presets import model_from_name
+    with pytest.raises(ConfigError, match="loss chunked"):
+        estimate_memory(model_from_name("llama3-8b"), ClusterSpec(gpu_from_name("H100-80GB"), 1, 8),
+                        ParallelConfig(dp=4, tp=2, sp=True, gbs=4, loss="chunked"))

@@ -241,8 +241,12 @@ def test_when_nothing_fits_the_answer_says_what_offloading_would_fit():
     from calculators.planning.planner import plan
     big = model_from_name("llama3-70b")
     deepspeed = plan(big, NODE, 8192, 8, {"framework": "deepspeed"})
-    assert not deepspeed.plans and "(optimizer_offload 1, at zero 1) it would need" in deepspeed.impossible
+    assert not deepspeed.plans and "(optimizer_offload 1, zero 1) it would need" in deepspeed.impossible
     fsdp2 = plan(big, ClusterSpec(H100, 1, 4), 8192, 8, {"framework": "fsdp2"})
-    assert not fsdp2.plans and "optimizer_offload 1 and param_offload true" in fsdp2.impossible
+    assert not fsdp2.plans and "optimizer_offload 1, param_offload true, zero 3" in fsdp2.impossible
+    # Megatron offloads at ZeRO 1 only, though the closest layout is at ZeRO 3
+    megatron = plan(big, ClusterSpec(H100, 2, 8), 65536, 8, {})
+    assert not megatron.plans and "tp8 cp2 pp1 dp1 zero3" in megatron.impossible
+    assert "(optimizer_offload 1, zero 1) it would need" in megatron.impossible
     nanotron = plan(big, NODE, 8192, 8, {"framework": "nanotron"})
     assert "host memory" not in nanotron.impossible
