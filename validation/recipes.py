@@ -203,6 +203,13 @@ def offload_list(settings: str) -> str:
     return found.group(1) if found else ""
 
 
+def checkpoint_offload(settings: str) -> bool:
+    """Whether a DeepSpeed row keeps its activation checkpoints in host memory (ALST's checkpoint
+    offload, in its "+AC offload" rows and its full ALST rows; DeepSpeed's cpu_checkpointing)."""
+    return bool(re.search(r"activation-checkpoint offload|AC offload|cpu_checkpointing", settings)
+                or (re.search(r"\bALST\b", settings) and "baseline" not in settings))
+
+
 def host_offload(settings: str) -> tuple[float, bool]:
     """(optimizer_offload, param_offload) of a row that says its optimizer states, and its weights, were
     offloaded to the CPU (DeepSpeed's offload_optimizer and offload_param)."""

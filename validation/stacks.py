@@ -137,6 +137,8 @@ def _run(line: int, row: dict) -> Run:
                          precision=row["precision"].strip().lower() or "bf16", framework=framework,
                          schedule="interleaved" if vpp > 1 else "1f1b",
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"), **recipes.knobs(row))
+    if framework == "deepspeed" and recipes.checkpoint_offload(row["other_settings"]):
+        par = replace(par, offload_layers=model.layers)       # its cpu_checkpointing: every checkpoint
     if gpu_name in BLACKWELL and recipes.cudnn_2025(row) and layout_attention(par, gpu_name) == "cudnn":
         par = replace(par, attention="cudnn-2025")   # a 2025 cuDNN: Blackwell's kernels were slower then
     if gpu.gpus_per_node > per_node:

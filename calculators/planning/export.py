@@ -318,7 +318,8 @@ def _deepspeed(model, cluster, par, _ref):
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
         cfg["communication_data_type"] = "fp32"
     if par.recompute != "none":
-        cfg["activation_checkpointing"] = {"partition_activations": par.tp > 1, "contiguous_memory_optimization": True}
+        cfg["activation_checkpointing"] = {"partition_activations": par.tp > 1, "contiguous_memory_optimization": True,
+                                           **({"cpu_checkpointing": True} if par.offload_layers else {})}
         if par.recompute == "selective":
             notes.append("DeepSpeed checkpoints whole layers; selective recompute needs the model to "
                          "checkpoint only its attention core (Megatron-DeepSpeed: --recompute-granularity selective)")

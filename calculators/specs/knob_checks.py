@@ -24,10 +24,18 @@ if TYPE_CHECKING:
 
 def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) -> None:
     """Adds to problems `p` and warnings `w`."""
-    if par.offload_layers:
+    if par.offload_layers and par.framework == "deepspeed":
+        # DeepSpeed's activation_checkpointing.cpu_checkpointing: every checkpoint, under full recompute
+        require(p, par.recompute == "full" and par.offload_layers == model.layers,
+                lambda: f"offload_layers under deepspeed is its cpu_checkpointing, which keeps every layer's "
+                f"checkpoint in host memory: use recompute full and offload_layers {model.layers}, or 0")
+        require(p, par.pp == 1, "deepspeed's cpu_checkpointing is modelled without a pipeline: set pp=1 or "
+                "offload_layers=0")
+    elif par.offload_layers:
         # Megatron's TransformerConfig refuses the rest (transformer_config.py)
         require(p, par.framework == "megatron", lambda: f"offload_layers is Megatron's activation offloading "
-                f"(--cpu-offloading-num-layers, Transformer Engine's CPU offload); {par.framework} has none: set 0")
+                f"(--cpu-offloading-num-layers, Transformer Engine's CPU offload) or deepspeed's cpu_checkpointing; "
+                f"{par.framework} has none: set 0")
         require(p, par.pp == 1, "Megatron has no activation offloading with pipeline parallelism: set pp=1 or "
                 "offload_layers=0")
         require(p, par.recompute == "none", "Megatron's activation offloading does not run with recompute: set "

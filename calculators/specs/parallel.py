@@ -93,8 +93,8 @@ class ParallelConfig:
     fp8_weights: str = ""        # what Megatron keeps its FP8 layers' weights as: fp8 (FP8 parameters, gathered
                                  # in FP8: --fp8-param-gather) | bf16 (bf16 parameters, whose FP8 copy Transformer
                                  # Engine keeps from step to step); "": the framework's (fp8.fp8_weights)
-    offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and
-                                 # backward (Megatron's --cpu-offloading-num-layers, Transformer Engine)
+    offload_layers: int = 0      # layers whose saved activations wait in host memory between forward and backward
+                                 # (Megatron's --cpu-offloading-num-layers; deepspeed's cpu_checkpointing: all)
     offload_modules: str = ""    # modules whose saved activations wait in host memory, joined by '+' (Megatron's
                                  # fine-grained activation offloading, --offload-modules): attn_norm, qkv_linear,
                                  # core_attn, attn_proj, mlp_norm, expert_fc1, moe_act

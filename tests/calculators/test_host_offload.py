@@ -250,3 +250,19 @@ def test_when_nothing_fits_the_answer_says_what_offloading_would_fit():
     assert "(optimizer_offload 1, zero 1) it would need" in megatron.impossible
     nanotron = plan(big, NODE, 8192, 8, {"framework": "nanotron"})
     assert "host memory" not in nanotron.impossible
+
+
+def test_deepspeed_cpu_checkpointing_keeps_the_checkpoints_on_the_host():
+    """DeepSpeed's activation_checkpointing.cpu_checkpointing (ALST's checkpoint offload): under full
+    recompute each layer keeps only its input, and that waits in host memory, one layer in flight."""
+    from calculators.memory.activations import saved_per_layer
+    from calculators.planning.export import export
+    par = ParallelConfig(dp=8, zero=3, gbs=8, seq=32768, framework="deepspeed", recompute="full")
+    off = ParallelConfig(**{**par.__dict__, "offload_layers": MODEL.layers})
+    kept = estimate_memory(MODEL, NODE, par).worst.activations_gib - estimate_memory(MODEL, NODE, off).worst.activations_gib
+    assert kept * GIB == pytest.approx((MODEL.layers - 1) * saved_per_layer(MODEL, par, False))
+    assert saved_per_layer(MODEL, par, False) == 2 * 32768 * MODEL.hidden          # the layer's bf16 input
+    assert '"cpu_checkpointing": true' in export("deepspeed", MODEL, NODE, off)[0]
+    for bad in ({"recompute": "none"}, {"offload_layers": 8}):
+        with pytest.raises(ConfigError, match="cpu_checkpointing"):
+            estimate_memory(MODEL, NODE, ParallelConfig(**{**off.__dict__, **bad}))
