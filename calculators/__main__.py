@@ -27,6 +27,7 @@ from .specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
 from .specs.hardware import GPU_PRESETS
 from .specs.parallel import (FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES, MASTER_DTYPES, MOMENT_DTYPES,
                             RECOMPUTE, SCHEDULES)
+from .specs.optimizers import OPTIMIZERS
 from .specs.recompute import EXPLICIT, MODULES_TEXT
 from .specs.presets import MODEL_PRESETS, model_from_name
 from .scenario import answer, parse_hardware, parse_model, parse_parallel
@@ -215,7 +216,7 @@ def cmd_memory(args) -> int:
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
             "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-            "offload_layers", "offload_modules", "optimizer_offload", "param_offload")})
+            "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -225,7 +226,8 @@ def cmd_memory(args) -> int:
           f"cp={par.cp} ep={par.ep} zero={par.zero} sp={par.sp} mbs={par.mbs} gbs={par.gbs} seq={par.seq} "
           f"recompute={par.recompute}{' offload=' + par.offload_modules if par.offload_modules else ''} "
           f"schedule={par.schedule}; {par.framework} memory layout, "
-          f"{grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
+          f"{grad_dtype(par)} gradients, " + ("Muon (AdamW on embeddings and norms), " if par.optimizer == "muon" else
+                                              f"{par.moment_dtype or 'fp32'} Adam moments, ") +
           f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}\n")
     cols = ("weights", "grads", "master", "optimizer", "activations", "other")
     print(f"{'stage':>5} {'layers':>6} " + " ".join(f"{c:>11}" for c in cols) + f" {'total GiB':>10}")
@@ -299,6 +301,9 @@ def main(argv=None) -> int:
     m.add_argument("--optimizer-offload", type=float, default=0.0, metavar="SHARE",
                    help="share of the optimizer kept and stepped in host memory, 0 to 1 (DeepSpeed's "
                         "offload_optimizer, Megatron's --optimizer-cpu-offload, FSDP2's CPUOffloadPolicy)")
+    m.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                   help="adamw, or muon (one momentum per weight matrix, Newton-Schulz on it; AdamW on embeddings, "
+                        "output and norms), as the framework runs it")
     m.add_argument("--param-offload", action="store_true",
                    help="ZeRO-3 weight shards in host memory (DeepSpeed's offload_param, FSDP2's CPUOffloadPolicy)")
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")

@@ -56,10 +56,11 @@ def fits(**kw) -> str:
 
 
 def step(field: str = "time", **kw) -> str:
-    """time (s), tps (tokens/s/GPU), mfu, bubble."""
+    """time (s), tps (tokens/s/GPU), mfu, bubble, optimizer (its step's seconds, Muon's NS included)."""
     s = estimate_step(*scenario_from(_typed(kw)))
     return {"time": f"{s.time_s:.2f} s", "tps": f"{s.tokens_per_s_per_gpu:,.0f} tokens/s/GPU",
-            "mfu": f"{s.mfu:.0%}", "bubble": f"{s.bubble_fraction:.1%}"}[field]
+            "mfu": f"{s.mfu:.0%}", "bubble": f"{s.bubble_fraction:.1%}",
+            "optimizer": f"{s.breakdown.get('optimizer', 0.0):.2f} s"}[field]
 
 
 def hit(experts: str, top_k: str, parts: str, field: str = "parts", groups: str = "0", per_token: str = "0") -> str:

@@ -26,7 +26,8 @@ from calculators.time import flops as fl
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
 from calculators.specs.models import ModelSpec
-from calculators.specs.parallel import DISPATCHERS, ParallelConfig, check_layout, megatron_split
+from calculators.specs.parallel import DISPATCHERS, ParallelConfig, check_layout
+from calculators.specs.stages import megatron_split
 from calculators.specs.presets import model_from_name
 from calculators.time.profiles import default_profile
 from calculators.time.step import estimate_step

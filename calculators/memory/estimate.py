@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from . import activations as act
+from .grads import ddp_buckets, late_grads
 from .host import gpu_layout
 from .offload import kept_on_gpu, offload_bytes
 from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
@@ -37,7 +38,9 @@ from ..specs.frameworks import (bytes_per_param, grad_dtype, host_bytes_per_para
                                 retained_buffers)
 from ..specs.hardware import BLACKWELL, ClusterSpec
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig, check_layout, virtual_split, zero_shards
+from ..specs.optimizers import ADAM_STATE, momentum_bytes, muon
+from ..specs.parallel import ParallelConfig, check_layout, zero_shards
+from ..specs.stages import virtual_split
 from ..pipeline.simulate import inflight_microbatches
 from ..pipeline.schedules import n_stages, stages_of_rank
 
@@ -51,22 +54,6 @@ USABLE_FRACTION = 0.77  # fits when peak allocated <= 77% of capacity (validatio
 # validation/data/published_more.csv out of memory though each ran; this calls 26 (validation.stacks
 # lists them). No published Megatron run out of memory bounds it from above.
 USABLE = {"megatron": 0.95}
-
-
-def late_grads(par: ParallelConfig) -> bool:
-    """Whether the gradients come only as the backward frees the activations (module docstring):
-    FSDP2 sharding (ZeRO 2/3) or one GPU per replica (no DDP), no pipeline, one micro-batch per
-    step. torchtitan's DDP (fsdp2 at ZeRO 0/1 with dp > 1) keeps PyTorch's gradient buckets,
-    allocated when the model is wrapped and as large as every gradient, from step to step."""
-    return (par.framework == "fsdp2" and par.pp == 1 and par.microbatches == 1
-            and (par.zero >= 2 or par.dp * par.cp == 1))
-
-
-def ddp_buckets(par: ParallelConfig) -> bool:
-    """Whether the layout runs PyTorch's DDP, whose gradient buckets are as large as every gradient
-    and live beside the parameters' own .grad (module docstring): fsdp2 unsharded (ZeRO 0/1) over
-    more than one data-parallel replica."""
-    return par.framework == "fsdp2" and par.zero <= 1 and par.dp * par.cp > 1
 
 
 def usable_fraction(framework: str) -> float:
@@ -146,7 +133,7 @@ def pipeline_stages(model: ModelSpec, par: ParallelConfig) -> tuple:
 
     Even split, earlier stages taking the remainder (np.array_split); interleaved virtual stages
     that the layers do not divide take Megatron's embedding-and-loss split where Megatron runs them
-    and it divides (parallel.virtual_split: Llama 3 405B's 126 layers over 64 stages, 1, 2, ..., 2,
+    and it divides (stages.virtual_split: Llama 3 405B's 126 layers over 64 stages, 1, 2, ..., 2,
     1). `par.split` (the planner's choice, or the caller's) gives each stage its count. nanotron
     splits by cost instead: each layer costs 4h^2 + 3fh, the output layer Vh, and a rank is closed
     once the running cost reaches its share (L=16, h=2048, f=8192, V=131072, p=4: the output layer
@@ -217,7 +204,7 @@ class _Context:
     def __init__(self, model: ModelSpec, par: ParallelConfig, blackwell: bool = False):
         self.model, self.par = model, par
         layout = gpu_layout(bytes_per_param(par.framework, par.zero, par.dp, grad_dtype(par), par.moment_dtype,
-                                            master_dtype(par)), par)
+                                            master_dtype(par), par.optimizer), par)
         dense_shard, expert_shard = zero_shards(par)
         self.host = (host_bytes_per_param(par) / dense_shard, host_bytes_per_param(par) / expert_shard)
         # gradient bytes per parameter (dense, expert) between steps, once the last reduction is done
@@ -227,6 +214,10 @@ class _Context:
             layout = {**layout, "grads": (pipeline_grad_bytes(par), 0.0)}
         # bytes per parameter by role, for dense and for expert parameters
         self.roles = {r: (rep + sh / dense_shard, rep + sh / expert_shard) for r, (rep, sh) in layout.items()}
+        # Muon leaves the embedding, the output layer and the norms to AdamW: their two moments in its
+        # one momentum's place, sharded alike (specs/optimizers.py)
+        momentum = momentum_bytes(par.framework, grad_dtype(par))
+        self.adam_extra = self.roles["optimizer"][0] * (ADAM_STATE / momentum - 1) if muon(par) else 0.0
         # per layer kind, the FP8 layers' weight bytes beyond bf16's 2 (fp8_weight_extra), sharded as weights
         extra = fp8_weight_extra(par, blackwell)
         shards = (dense_shard, expert_shard) if par.zero == 3 else (1, 1)
@@ -288,6 +279,9 @@ class _Context:
                 dense += self.head
         role = {r: dense * fd + expert * fe for r, (fd, fe) in self.roles.items()}
         role["weights"] += fp8
+        adam = n_layers * model.layer_norm_params() + (self.head + model.positions * model.hidden if first else 0) + \
+            ((self.head if not model.tied_embeddings or par.pp > 1 else 0) + model.norm_params if last else 0)
+        role["optimizer"] += adam * self.adam_extra
         between = dense * self.grads_between[0] + expert * self.grads_between[1]
         host = dense * self.host[0] + expert * self.host[1]
         return role, dense + expert, saved, working, self.buffers[tuple(sorted(present))], between, host

@@ -20,7 +20,8 @@ from ..specs.errors import ConfigError
 from ..specs.fp8 import fp8_recipe, fp8_weights
 from ..specs.frameworks import grad_dtype, master_dtype
 from ..specs.kernels import loss_kernel
-from ..specs.parallel import ParallelConfig, megatron_split
+from ..specs.parallel import ParallelConfig
+from ..specs.stages import megatron_split
 from ..specs.recompute import (STANDARD as RECOMPUTE_LEVELS, modules, offload_modules, policy,
                                sac_recomputes_attention)
 
@@ -68,6 +69,8 @@ def _harness(model, cluster, par, model_ref):
     if par.optimizer_offload or par.param_offload:
         notes.append("the harness keeps the optimizer and the weights on the GPU: expect its memory and step "
                      "without offloading")
+    if par.optimizer == "muon":
+        notes.append("the harness steps AdamW: expect its memory and step with Adam's two moments, not Muon")
     return " \\\n    ".join(args), notes + _alltoall_only(par, "the harness")
 
 
@@ -171,6 +174,8 @@ def _megatron(model, cluster, par, _ref):
         a += ["--optimizer-cpu-offload", f"--optimizer-offload-fraction {par.optimizer_offload:g}"]
     if par.moment_dtype == "bf16":
         a += ["--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"]
+    if par.optimizer == "muon":        # with --use-distributed-optimizer: its layer-wise distributed optimizer
+        a.append("--optimizer muon")
     if master == "16bit":
         a.append("--main-params-dtype fp16")
     if master == "remainder" and par.precision == "fp8" and fp8_recipe(par) != "delayed":
@@ -299,6 +304,10 @@ def _torchtitan(model, cluster, par, _ref):
         notes.append("torchtitan always uses sequence parallelism with TP")
     if par.optimizer_offload:                  # FSDP2's CPUOffloadPolicy: weights, gradients, optimizer
         lines.insert(lines.index("[training]") + 1, "enable_cpu_offload = true")
+    if par.optimizer == "muon":
+        notes.append("optimizer=muon: torchtitan's DistMuon (2026-08) is set by optimizer parameter groups "
+                     "(ParamGroupConfig with optimizer_name \"DistMuon\", AdamW for the embedding, norms and output) "
+                     "as its kimi_k2_7 configs do, not by a [optimizer] name")
     return "\n".join(lines), notes
 
 
@@ -314,6 +323,10 @@ def _deepspeed(model, cluster, par, _ref):
             {"ratio": par.optimizer_offload} if par.optimizer_offload < 1 else {})}
     if par.param_offload:
         cfg["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if par.optimizer == "muon":                # Muon on the >= 2-D weights but embed and lm_head, AdamW on the rest
+        cfg["optimizer"] = {"type": "Muon"}
+        if par.zero == 3:                      # its ZeRO-3 Muon all-reduces whole gradients
+            cfg["zero_optimization"]["reduce_scatter"] = False
     if par.grad_dtype == "fp32":
         cfg["data_types"] = {"grad_accum_dtype": "fp32"}
         cfg["communication_data_type"] = "fp32"

@@ -33,7 +33,9 @@ from ..specs.frameworks import MAX_ZERO_WITH_PP
 from ..specs.hardware import ClusterSpec
 from ..memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
 from ..specs.models import ModelSpec
-from ..specs.parallel import ParallelConfig, derive, virtual_split
+from ..specs.optimizers import MUON_ZERO
+from ..specs.parallel import ZERO_STAGES, ParallelConfig, derive
+from ..specs.stages import virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
 from .space import hsdp_replicas, one_microbatch, space, structures
@@ -156,7 +158,7 @@ class _Search:
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
                                       offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
                                       optimizer_offload=sp["optimizer_offload"][0],
-                                      param_offload=sp["param_offload"][0],
+                                      param_offload=sp["param_offload"][0], optimizer=sp["optimizer"][0],
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if single or "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
@@ -200,9 +202,11 @@ class _Search:
         """The ZeRO stages to try, most frugal first (those the framework runs with a pipeline).
         With one data-parallel replica (dp x cp = 1) ZeRO shards nothing: it saves no memory
         (nanotron's ZeRO-1 even adds a gather buffer), so only the lowest stage allowed is
-        tried, not a duplicate plan per stage."""
+        tried, not a duplicate plan per stage. Muon only at the stages the framework runs it at."""
         cap = MAX_ZERO_WITH_PP.get(self.framework, 3) if pp > 1 else 3
-        stages = sorted((z for z in self.space["zero"] if z <= cap), reverse=True) or [min(self.space["zero"])]
+        runs = MUON_ZERO.get(self.framework, ()) if self.space["optimizer"][0] == "muon" else ZERO_STAGES
+        stages = sorted((z for z in self.space["zero"] if z <= cap and z in runs), reverse=True) or \
+            [min(self.space["zero"])]
         return stages if dp * cp > 1 else stages[-1:]
 
     def _expand(self, base):

@@ -9,6 +9,7 @@ from ..specs.errors import ConfigError
 from ..specs.frameworks import DEFAULT_LIMITS, LIMITS
 from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
+from ..specs.optimizers import OPTIMIZERS
 from ..specs.limits import PARALLEL, PLAN
 from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
                               MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive, zero_shards)
@@ -18,7 +19,7 @@ from ..specs.validate import choice, flag, integer, keys, number, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
-         "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload")
+         "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -87,6 +88,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         # the optimizer, and ZeRO-3's weights, in host memory: only as the user names them (one value each)
         "optimizer_offload": [0.0],
         "param_offload": [False],
+        "optimizer": ["adamw"],        # Muon only as the user names it (one value)
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -102,7 +104,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
                           ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES),
                           ("moment_dtype", MOMENT_DTYPES), ("master_dtype", MASTER_DTYPES),
-                          ("fp8_recipe", FP8_RECIPES), ("fp8_weights", FP8_WEIGHTS)):
+                          ("fp8_recipe", FP8_RECIPES), ("fp8_weights", FP8_WEIGHTS), ("optimizer", OPTIMIZERS)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:
@@ -132,7 +134,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                             f"(got {show(v)})")
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload"):
+    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload", "optimizer"):
         if len(set(sp[knob])) > 1:
             raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
     if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:

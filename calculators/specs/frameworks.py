@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 from .fp8 import fp8_recipe
+from .optimizers import ADAM_STATE, MUON_STEP_BYTES, momentum_bytes
 
 
 ROLES = ("weights", "grads", "master", "optimizer")
@@ -112,6 +113,8 @@ def optimizer_bytes(par) -> float:
     none (master_dtype). The other
     frameworks' optimizers step on fp32 gradients whatever the reduction's dtype (FSDP2's sharded
     fp32 gradients, DeepSpeed's fp32 partition)."""
+    if par.optimizer == "muon":          # its weight matrices' step (optimizers.MUON_STEP_BYTES)
+        return MUON_STEP_BYTES
     grads = grad_reduce_bytes(par) if par.framework == "megatron" else 4
     # the master read and written, the bf16 weight written; read too where the master is built on it
     master = {"fp32": 8 + 2, "16bit": 4 + 2, "remainder": 4 + 4, "none": 2 + 2}[master_dtype(par)]
@@ -137,27 +140,31 @@ def pipeline_grad_bytes(par) -> float:
 
 
 def bytes_per_param(framework: str, zero: int, dp: int = 2, grads: str = "",
-                    moments: str = "", master: str = "fp32") -> dict[str, tuple[float, float]]:
+                    moments: str = "", master: str = "fp32",
+                    optimizer: str = "adamw") -> dict[str, tuple[float, float]]:
     """Role -> (replicated bytes, sharded bytes) per parameter; `dp` matters to nanotron only
     (no DDP buckets with one data-parallel rank); `grads` is grad_dtype's answer where the layout
     keeps gradients in it (megatron's main grads, deepspeed's), "" for the framework's; `moments`
     "bf16" keeps Adam's m and v in 2 bytes each (Megatron's precision-aware optimizer: TE's
     FusedAdam with exp_avg_dtype and exp_avg_sq_dtype bf16, as DeepSeek-V3 tracked them); `master`,
-    Megatron's, master_dtype's answer: 4, 2 or 0 bytes (MASTER_BYTES)."""
+    Megatron's, master_dtype's answer: 4, 2 or 0 bytes (MASTER_BYTES); `optimizer` "muon": the
+    weight matrices' one momentum (optimizers.momentum_bytes) in Adam's moments' place (the
+    parameters Muon leaves to AdamW: estimate's `adam_extra`)."""
+    o = momentum_bytes(framework, grads) if optimizer == "muon" else 4 if moments == "bf16" else ADAM_STATE
     if framework == "nanotron" and zero <= 1:
         if zero == 0:
             return {"weights": (2, 0), "grads": (6 if dp > 1 else 4, 0), "master": (4, 0), "optimizer": (8, 0)}
         return {"weights": (4, 2), "grads": (6, 0), "master": (0, 4), "optimizer": (0, 8)}
     if framework == "megatron":
         # bf16 weights, main grads (fp32 unless grad_dtype says bf16), fp32 master, Adam m and v
-        w, g, m, o = 2, 2 if grads == "bf16" else 4, MASTER_BYTES[master], 4 if moments == "bf16" else 8
+        w, g, m = 2, 2 if grads == "bf16" else 4, MASTER_BYTES[master]
     elif framework == "fsdp2":
         if zero <= 1:                    # DDP (or a sharded optimizer) over fp32 weights, autocast
-            return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (8, 0) if zero == 0 else (0, 8)}
+            return {"weights": (4, 0), "grads": (4, 0), "master": (0, 0), "optimizer": (o, 0) if zero == 0 else (0, o)}
         rep = 2 if zero == 2 else 0      # gathered bf16 weights kept between forward and backward
-        return {"weights": (rep, 4), "grads": (0, 4), "master": (0, 0), "optimizer": (0, 8)}
+        return {"weights": (rep, 4), "grads": (0, 4), "master": (0, 0), "optimizer": (0, o)}
     else:                                # deepspeed, and nanotron beyond ZeRO-1
-        w, g, m, o = 2, 4 if grads == "fp32" else 2, 4, 8
+        w, g, m = 2, 4 if grads == "fp32" else 2, 4
     layout = {"weights": (w, 0), "grads": (g, 0), "master": (m, 0), "optimizer": (o, 0)}
     sharded = {1: ("master", "optimizer"), 2: ("grads", "master", "optimizer"), 3: ROLES}.get(zero, ())
     return {role: ((0, b[0]) if role in sharded else b) for role, b in layout.items()}

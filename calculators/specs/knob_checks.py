@@ -10,6 +10,7 @@ from .errors import require
 from .fp8 import TE_RECIPES, TORCHAO_RECIPES, fp8_recipe
 from .frameworks import host_bytes_per_param
 from .hardware import BLACKWELL
+from .optimizers import check_muon
 from .recompute import modules, offload_modules, policy as recompute_policy
 
 # A DGX H100's or DGX B200's system memory, 2 TB (NVIDIA's datasheets): the host memory a node is taken
@@ -63,6 +64,7 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     _check_fp8(p, par, cluster)
     _check_offload(p, w, model, par)
     _check_host_offload(p, par)
+    p.extend(check_muon(par))
     if par.loss == "chunked" and par.tp > 1:
         p.append("loss chunked (Liger-Kernel's fused linear cross-entropy) takes the whole vocabulary on each rank; "
                  "a tensor-parallel output layer holds a slice of it: use tp 1, or another loss")

@@ -16,6 +16,8 @@ from .overlap import tp_pipelining
 from .knob_checks import check_megatron_knobs
 from .hardware import DEFAULT_NETWORK, ClusterSpec
 from .models import ModelSpec
+from .optimizers import OPTIMIZERS
+from .stages import virtual_split
 from .recompute import (EXPLICIT, MODULES, MODULES_TEXT, OFFLOAD_MODULES, STANDARD as RECOMPUTE, modules,
                         offload_modules, order as recompute_order, recomputed_norms,
                         valid as recompute_valid)
@@ -101,6 +103,8 @@ class ParallelConfig:
     optimizer_offload: float = 0.0  # share of the optimizer (master, moments, the gradients it reads) kept and
                                  # stepped in host memory (memory/host.py): DeepSpeed's offload_optimizer, Megatron's
                                  # --optimizer-cpu-offload with its fraction, FSDP2's CPUOffloadPolicy
+    optimizer: str = "adamw"     # adamw | muon (Newton-Schulz on the weight matrices, AdamW on the rest, as each
+                                 # framework runs it: specs/optimizers.py)
     param_offload: bool = False  # ZeRO-3 weight shards in host memory, copied in for every gather (DeepSpeed's
                                  # offload_param; FSDP2's CPUOffloadPolicy, which moves both)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
@@ -120,7 +124,7 @@ class ParallelConfig:
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,
                                   "elementwise": ELEMENTWISE_KERNELS,
                                   "moment_dtype": MOMENT_DTYPES, "master_dtype": MASTER_DTYPES,
-                                  "fp8_recipe": FP8_RECIPES, "fp8_weights": FP8_WEIGHTS})
+                                  "fp8_recipe": FP8_RECIPES, "fp8_weights": FP8_WEIGHTS, "optimizer": OPTIMIZERS})
         in_range = type(self.dispatch_sms) is int and 0 <= self.dispatch_sms <= limits.PARALLEL["dispatch_sms"][1]
         require(p, self.dispatcher != "deepep" or not in_range or self.dispatch_sms % 2 == 0,
                 lambda: f"parallel.dispatch_sms={self.dispatch_sms} must be even with dispatcher deepep: DeepEP runs "
@@ -351,32 +355,6 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
     if p:
         raise ConfigError(p)
     return w
-
-
-def megatron_split(layers: int, stages: int) -> tuple:
-    """Layers per pipeline stage as Megatron-LM places them with
-    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
-    embedding and the loss each take one layer's place, in the first and the last stage, so
-    (layers + 2) must divide evenly (126 layers over 64 stages: 1, 2, ..., 2, 1; over 128 stages
-    the first stage holds only the embedding and the last only the loss, 0, 1, ..., 1, 0, as
-    Megatron-Bridge runs Llama 3 405B at pp 16, vpp 8)."""
-    if stages < 2 or (layers + 2) % stages or layers < stages - 2:
-        raise ConfigError([f"Megatron's embedding-and-loss split needs layers + 2 = {layers + 2} divisible by "
-                           f"the {stages} pipeline stages"])
-    n = (layers + 2) // stages
-    return (n - 1,) + (n,) * (stages - 2) + (n - 1,)
-
-
-def virtual_split(layers: int, p: int, v: int, framework: str = DEFAULT_FRAMEWORK) -> tuple:
-    """The split an interleaved layout (v > 1) needs, each stage holding whole layers: () where
-    p*v divides the layers; else Megatron's embedding-and-loss split when Megatron runs it and
-    it exists (Llama 3 405B: 126 layers over 16 x 2 stages, 3, 4, ..., 4, 3); else () (invalid)."""
-    if v == 1 or framework != "megatron" or layers % (p * v) == 0:
-        return ()
-    try:
-        return megatron_split(layers, p * v)
-    except ConfigError:
-        return ()
 
 
 def zero_shards(par: ParallelConfig) -> tuple[int, int]:

@@ -36,6 +36,7 @@ from functools import cached_property, lru_cache
 from . import flops as fl
 from ..memory.activations import BF16, tokens
 from .comm import collective_time, expert_group, group
+from .muon import muon_step_time
 from .compute import embedding_time, layer_time, memory_time, optimizer_time, output_layer_time
 from .dpsync import dp_sync, gather_bytes, layer_tensors
 from .host import expert_loop_host, host_bound
@@ -300,6 +301,8 @@ def pipeline_tail(model, cluster, par, profile, costs) -> tuple[float, dict]:
         shards = zero_shards(par) if par.zero >= 1 else (1, 1)
         shard = dense / shards[0] + expert / shards[1]
         opt = optimizer_time(shard * (1 - par.optimizer_offload), gpu, profile, optimizer_bytes(par))
+        ns, ns_comm = muon_step_time(model, par, cluster, profile, {True: n_moe, False: len(rank_layers) - n_moe})
+        opt += ns + ns_comm
         host = host_step_time(shard, par, cluster, compute * m)
         if dp_exposed + exposed_extra + opt + sum(host.values()) >= tail:
             tail = dp_exposed + exposed_extra + opt + sum(host.values())

@@ -78,6 +78,8 @@ SCENARIO = {
                                     ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
     "grad_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("bf16", "bf16")], value=v,
                                       label="gradients kept and reduced in"), ""),
+    "optimizer": (lambda v: gr.Radio([("AdamW", "adamw"), ("Muon (AdamW on embeddings and norms)", "muon")], value=v,
+                                     label="optimizer"), "adamw"),
     "moment_dtype": (lambda v: gr.Radio([("fp32", ""), ("bf16 (precision-aware optimizer)", "bf16")], value=v,
                                         label="Adam moments in"), ""),
     "master_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("16-bit remainders", "remainder"),

@@ -17,7 +17,13 @@ CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_replicate", "sp",
         "mbs", "gbs", "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
         "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "precision", "fp8_recipe",
-        "fp8_weights")
+        "fp8_weights", "optimizer")
+
+
+def optimizer_words(par) -> str:
+    if par.optimizer == "muon":
+        return "Muon (AdamW on embeddings and norms)"
+    return f"{par.moment_dtype or 'fp32'} Adam moments"
 
 
 def layout_words(par) -> str:
@@ -34,7 +40,7 @@ def compute(v: dict):
             f"On {cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}, {layout_words(par)}, "
             f"global batch {par.gbs} sequences. Most loaded GPU: stage {mem['stage']}, "
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
-            f"layout, {grad_dtype(par)} gradients, {par.moment_dtype or 'fp32'} Adam moments, "
+            f"layout, {grad_dtype(par)} gradients, {optimizer_words(par)}, "
             f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}"
             f"{', what ' + escape.md(par.offload_modules) + ' save in host memory' if par.offload_modules else ''}; "
             f"{CONVENTION}; fits "

@@ -3,7 +3,8 @@ import pytest
 
 from calculators.specs.errors import ConfigError
 from calculators.specs.hardware import GPU_PRESETS, ClusterSpec, gpu_from_name
-from calculators.specs.parallel import ParallelConfig, check_layout, megatron_split, virtual_split
+from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.stages import megatron_split, virtual_split
 from calculators.specs.presets import model_from_name
 
 H100 = gpu_from_name("H100-80GB")

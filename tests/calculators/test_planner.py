@@ -16,7 +16,8 @@ from calculators.planning.export import FORMATS, export
 from calculators.specs.hardware import ClusterSpec, gpu_from_name
 from calculators.planning.ilp import costs, solve
 from calculators.memory.estimate import estimate_memory, peak_memory, stage_layers, usable_fraction
-from calculators.specs.parallel import ParallelConfig, check_layout, megatron_split
+from calculators.specs.parallel import ParallelConfig, check_layout
+from calculators.specs.stages import megatron_split
 from calculators.planning.planner import plan
 from calculators.planning.split import balance_split
 from calculators.specs.presets import model_from_name
