@@ -53,6 +53,10 @@ def compute(v: dict):
     elif "host_copies" in step.breakdown:
         text += (f" The weights offloaded to the host cost {step.breakdown['host_copies']:.2f} s of copies over the "
                  "host link beyond what the passes hide.")
+    if par.optimizer == "muon":
+        text += (f" Optimizer: Muon. Its {step.breakdown.get('optimizer', 0.0):.2f} s include the Newton-Schulz GEMMs "
+                 "on the matrices this GPU steps and the communication that makes them whole, as "
+                 f"{par.framework} runs it.")
     if mem.warnings:
         text += " " + " ".join(f"Note: {escape.md(w, 400)}." for w in mem.warnings)
     return breakdown_bar(step.breakdown, f"{model.name}: one step, {step.time_s:.2f} s"), text

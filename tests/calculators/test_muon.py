@@ -172,3 +172,11 @@ def test_deepspeed_zero3_runs_its_muon_on_every_micro_batch():
     (ns1, comm1), (ns4, comm4) = cost(8), cost(32)
     assert ns4 == pytest.approx(4 * ns1) and comm4 == pytest.approx(4 * comm1) and comm1 > 0
     assert cost(8, grad_dtype="fp32")[1] == pytest.approx(2 * comm1, rel=1e-3)      # twice the bytes
+
+
+def test_step_widget_says_the_optimizer_bar_holds_muons_work():
+    from playbook.widgets.step import compute
+    values = {"model": "llama3-8b", "gpu": "H100-80GB", "nodes": 1, "dp": 8, "zero": 1, "gbs": 64, "seq": 4096}
+    _, text = compute({**values, "optimizer": "muon"})
+    assert "Optimizer: Muon" in text and "Newton-Schulz" in text
+    assert "Muon" not in compute(values)[1]
