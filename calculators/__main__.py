@@ -216,7 +216,7 @@ def cmd_memory(args) -> int:
         par = parse_parallel({k: getattr(args, k) for k in (
             "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "sp", "mbs", "gbs", "seq", "recompute", "precision",
             "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
-            "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer")})
+            "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer", "tiled_mlp")})
         est = estimate_memory(model, cluster, par)
     except (ConfigError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -306,6 +306,8 @@ def main(argv=None) -> int:
                         "output and norms), as the framework runs it")
     m.add_argument("--param-offload", action="store_true",
                    help="ZeRO-3 weight shards in host memory (DeepSpeed's offload_param, FSDP2's CPUOffloadPolicy)")
+    m.add_argument("--tiled-mlp", action="store_true",
+                   help="the MLP in tiles of hidden tokens, its forward again in backward (DeepSpeed's TiledMLP, ALST)")
     m.add_argument("--gbs", type=int, default=0, help="global batch in sequences (default: dp*mbs)")
     m.add_argument("--seq", type=int, default=4096)
     m.add_argument("--sp", action="store_true", help="sequence parallelism with TP")

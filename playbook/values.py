@@ -176,11 +176,12 @@ def scenario_from(values: dict):
             par[k] = per_stage(values[k], k, number=k == "split")
     if "compile" in values:
         par["compile"] = flag(values["compile"])
-    if "param_offload" in values:
-        try:
-            par["param_offload"] = flag(values["param_offload"])
-        except ConfigError:
-            raise ConfigError(f"param_offload must be true or false (got {show(values['param_offload'])})") from None
+    for k in ("param_offload", "tiled_mlp"):
+        if k in values:
+            try:
+                par[k] = flag(values[k])
+            except ConfigError:
+                raise ConfigError(f"{k} must be true or false (got {show(values[k])})") from None
     if "optimizer_offload" in values:
         par["optimizer_offload"] = real(values, "optimizer_offload", "a share from 0 to 1")
     for k in ("sp", "tp_overlap"):            # both mean something only with TP

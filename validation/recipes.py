@@ -210,6 +210,13 @@ def checkpoint_offload(settings: str) -> bool:
                 or (re.search(r"\bALST\b", settings) and "baseline" not in settings))
 
 
+def tiled_mlp(settings: str) -> bool:
+    """Whether a row ran its MLP tiled (DeepSpeed's TiledMLP): ALST's "+ tiled MLP" rows and its full
+    ALST rows."""
+    return bool(re.search(r"tiled MLP", settings, re.I)
+                or (re.search(r"\bALST\b", settings) and "baseline" not in settings))
+
+
 def host_offload(settings: str) -> tuple[float, bool]:
     """(optimizer_offload, param_offload) of a row that says its optimizer states, and its weights, were
     offloaded to the CPU (DeepSpeed's offload_optimizer and offload_param)."""
@@ -219,6 +226,15 @@ def host_offload(settings: str) -> tuple[float, bool]:
     return (1.0 if optimizer else 0.0), bool(weights)
 
 
+def liger_modules(row: dict) -> bool:
+    """Whether a Hugging Face row's model runs Liger-Kernel's modules (elementwise fused under deepspeed):
+    ALST's runs with the tiled logits built the model as ArcticTraining's model type liger
+    (AutoLigerKernelForCausalLM: LigerRMSNorm, its RoPE and fused linear cross-entropy, its SwiGLU
+    unless the MLP is tiled; projects/sequence-parallelism/run-*.yml, arctic_training/model/liger_factory.py);
+    its baselines the plain Hugging Face model."""
+    return row["source_id"].startswith("arxiv-2506.13996") and loss(row["other_settings"]) == "chunked"
+
+
 def knobs(row: dict) -> dict:
     """The ParallelConfig settings a row's recipe fixes beyond its columns."""
     settings = row["other_settings"]
@@ -226,7 +242,7 @@ def knobs(row: dict) -> dict:
     return {"dispatcher": dispatcher(settings), "dispatch_sms": dispatch_sms(settings),
             "ep_overlap": ep_overlap(settings), "loss": loss(settings),
             "attention": attention(settings), "experts": experts(settings),
-            "elementwise": "fused" if te_modules(settings) else "", "grad_dtype": grads, "moment_dtype": moments,
+            "elementwise": "fused" if te_modules(settings) or liger_modules(row) else "", "grad_dtype": grads, "moment_dtype": moments,
             "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings),
             "offload_modules": offload_list(settings),
             **dict(zip(("optimizer_offload", "param_offload"), host_offload(settings)))}

@@ -139,6 +139,8 @@ def _run(line: int, row: dict) -> Run:
                          compile=row["compile"].strip().lower() in ("yes", "true", "1"), **recipes.knobs(row))
     if framework == "deepspeed" and recipes.checkpoint_offload(row["other_settings"]):
         par = replace(par, offload_layers=model.layers)       # its cpu_checkpointing: every checkpoint
+    if framework == "deepspeed" and recipes.tiled_mlp(row["other_settings"]):
+        par = replace(par, tiled_mlp=True)
     if gpu_name in BLACKWELL and recipes.cudnn_2025(row) and layout_attention(par, gpu_name) == "cudnn":
         par = replace(par, attention="cudnn-2025")   # a 2025 cuDNN: Blackwell's kernels were slower then
     if gpu.gpus_per_node > per_node:
@@ -325,7 +327,7 @@ def main() -> None:
                  + (f" hsdp{p.dp_replicate}" if p.dp_replicate > 1 else "")
                  + f" mbs{p.mbs} seq{p.seq} {p.recompute}" + (" compile" if p.compile else "")
                  + (f" attention={p.attention}" if p.attention else "")
-                 + (f" elementwise={p.elementwise}" if p.elementwise else ""))
+                 + (f" elementwise={p.elementwise}" if p.elementwise else "") + (" tiled-mlp" if p.tiled_mlp else ""))
         if s.predicted is None:
             print(f"| {label} | {s.run.source} | {s.run.measured or '-'} | not expressible: {s.reason[:120]} | | |")
         elif s.run.measured:

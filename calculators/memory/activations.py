@@ -25,6 +25,10 @@ FakeTensorMode and saved-tensor hooks). Conventions:
   twice (the kernel's, and the output projection's input as a buffer of its own).
 - fsdp2 at ZeRO 0/1 runs autocast over fp32 weights (`autocast_over_fp32`): bf16 weight casts,
   fp32 norm inputs and per-linear input casts are kept too.
+- tiled MLP (parallel.tiled_mlp, DeepSpeed's TiledMLP): the dense MLP runs its forward without
+  autograd in ceil(T / hidden) tiles along the sequence and keeps only its input (the norm's
+  output, counted with the norm); backward runs each tile's forward again with autograd and its
+  backward, into one T x h gradient of the input (memory/working.py).
 - MoE (dropless, token choice, permute -> expert GEMMs -> weighted combine): fp32 router
   probabilities (T*E), int64 top-k indices, the K*T dispatched tokens, expert MLP intermediates
   for K*T tokens, and the K*T expert outputs kept for the weighted combine.
@@ -36,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..specs.kernels import liger_chunk, loss_activation_bytes, loss_kernel
+from ..specs.kernels import elementwise_kernels, liger_chunk, loss_activation_bytes, loss_kernel
 from ..specs.models import ModelSpec
 from ..specs.parallel import ParallelConfig, routed_tokens
 from ..specs.recompute import (MODULES, modules, policy, recomputed_modules, recomputed_norms, sac_recomputes_attention,
@@ -92,13 +96,22 @@ def _norm_kept(par: ParallelConfig) -> int:
       with PyTorch 2.11 (validation/data/h100_harness/saved_bytes_*.json); on a CPU nn.RMSNorm is
       still composite and keeps 10 (the fp32 upcast, the fp32 normalised value, the bf16 output);
     - eager Hugging Face (LlamaRMSNorm, its own Python): the fp32 upcast, the bf16 normalised value
-      and the weighted bf16 output, 8;
+      and the weighted bf16 output, 8; with Liger's kernels (`liger`) its LigerRMSNorm keeps its bf16
+      input (and rstd), the linear after it the output, 4;
     - under torch.compile: the input only (the output is recomputed), 2."""
     if _compiled(par):
         return BF16
     if par.framework == "megatron":
         return BF16 + gemm_input_bytes(par)
-    return {"deepspeed": FP32 + 2 * BF16}.get(par.framework, 2 * BF16)
+    return FP32 + 2 * BF16 if par.framework == "deepspeed" and not liger(par) else 2 * BF16
+
+
+def liger(par: ParallelConfig) -> bool:
+    """Whether a deepspeed layout's Hugging Face model runs Liger-Kernel's modules (elementwise fused:
+    AutoLigerKernelForCausalLM, ArcticTraining's model type liger): LigerRMSNorm and LigerSiLUMulFunction
+    keep what their save_for_backward names (liger_kernel/ops/rms_norm.py, swiglu.py: the norm's input
+    and rstd, SwiGLU's gate and up), its RoPE rotates q and k in place."""
+    return par.framework == "deepspeed" and not par.compile and elementwise_kernels(par) == "fused"
 
 
 def _separate_norm_kept(par: ParallelConfig) -> int:
@@ -151,7 +164,7 @@ def _ffn_bytes(model: ModelSpec, par: ParallelConfig) -> int:
     silu(gate) and the product eagerly; Megatron's fused bias-SwiGLU and torch.compile drop
     silu(gate); GELU its input and output. The last of them (the product, GELU's output) is the
     down projection's input, kept at `gemm_input_bytes`; the others in bf16."""
-    tensors = 2 if model.mlp != "swiglu" else 3 if _compiled(par) or par.framework == "megatron" else 4
+    tensors = 2 if model.mlp != "swiglu" else 3 if _compiled(par) or par.framework == "megatron" or liger(par) else 4
     return BF16 * (tensors - 1) + gemm_input_bytes(par)
 
 
@@ -176,7 +189,7 @@ def _mlp_parts(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> dict:
     t, T = par.tp, tokens(par)
     ffn_bytes = _ffn_bytes(model, par)
     if not moe_layer:
-        return {"mlp": ffn_bytes * T * model.ffn / t}
+        return {"mlp": 0.0 if par.tiled_mlp else ffn_bytes * T * model.ffn / t}
     e = model.moe
     Tr = T / t if par.sp else T                       # tokens routed by this GPU
     # the tokens its experts run on: gathered over the expert-TP group (parallel.routed_tokens)

@@ -33,6 +33,7 @@ from . import activations as act
 from .grads import ddp_buckets, late_grads
 from .host import gpu_layout
 from .offload import kept_on_gpu, offload_bytes
+from .working import layer_working
 from ..specs.fp8 import fp8_layer_params, fp8_weight_extra
 from ..specs.frameworks import (bytes_per_param, grad_dtype, host_bytes_per_param, master_dtype, pipeline_grad_bytes,
                                 retained_buffers)
@@ -228,11 +229,8 @@ class _Context:
         self.kinds = {}                  # (moe?, recompute mode) -> (dense, expert, saved, working)
         for mode, mp in par.by_recompute().items():
             for moe, (dense, expert) in params.items():
-                a = act.layer_activations(model, mp, moe)
-                # One layer's gradients in backward (as large as its saved set); with recompute also
-                # what the layer being recomputed re-materialises beyond what it kept; offloaded,
-                # what that layer brought back from host memory.
-                working = a.total + act.recomputed_extra(model, mp, moe) + offload_bytes(model, mp, moe)[1]
+                # one layer's backward (working.py); offloaded, what it brought back from host memory
+                working = layer_working(model, mp, moe) + offload_bytes(model, mp, moe)[1]
                 self.kinds[(moe, mode)] = (dense, expert, kept_on_gpu(model, mp, moe), working)
         self.buffers = {present: retained_buffers(par.framework, par.zero, T * model.hidden,
                                                   2 * max((sum(params[k]) for k in present), default=0.0))

@@ -56,6 +56,7 @@ def label(p: ParallelConfig) -> str:
     parts += [f"optimizer-offload={p.optimizer_offload:g}"] if p.optimizer_offload else []
     parts += ["param-offload"] if p.param_offload else []
     parts += ["optimizer=muon"] if p.optimizer == "muon" else []
+    parts += ["tiled-mlp"] if p.tiled_mlp else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}"] + ([f"hsdp{p.dp_replicate}"] if p.dp_replicate > 1 else [])
     parts += [f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
@@ -190,7 +191,8 @@ def short(par) -> str:
     return (f"tp{par.tp} cp{par.cp} pp{par.pp} dp{par.dp}" + (f" ep{par.ep}" if par.ep > 1 else "") +
             f" zero{par.zero} recompute={par.recompute}" +
             (f" optimizer-offload={par.optimizer_offload:g}" if par.optimizer_offload else "") +
-            (" param-offload" if par.param_offload else "") + (" optimizer=muon" if par.optimizer == "muon" else ""))
+            (" param-offload" if par.param_offload else "") + (" optimizer=muon" if par.optimizer == "muon" else "") +
+            (" tiled-mlp" if par.tiled_mlp else ""))
 
 
 def finalists(ordered: list, n: int) -> list:

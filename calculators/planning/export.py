@@ -344,6 +344,10 @@ def _deepspeed(model, cluster, par, _ref):
                         if par.split else ")") + "; DeepSpeed's pipeline engine runs 1F1B")
         if par.zero >= 2:
             notes.append("DeepSpeed does not combine ZeRO-2/3 with its pipeline engine")
+    if par.tiled_mlp:
+        notes.append("tiled_mlp: DeepSpeed's TiledMLP (deepspeed.runtime.sequence_parallel.ulysses_sp) is no config "
+                     "key; patch it into the model's MLP forward before the model is built, as ArcticTraining's "
+                     "tiled_mlp_compute: true does, with ceil(seqlen / hidden) shards")
     if par.cp > 1:
         notes.append(f"context parallel {par.cp}: DeepSpeed offers Ulysses sequence parallelism "
                      "(sequence_parallel_size), a different algorithm from ring attention")

@@ -159,6 +159,7 @@ class _Search:
                                       offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
                                       optimizer_offload=sp["optimizer_offload"][0],
                                       param_offload=sp["param_offload"][0], optimizer=sp["optimizer"][0],
+                                      tiled_mlp=sp["tiled_mlp"][0],
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if single or "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))

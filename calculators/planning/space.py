@@ -19,7 +19,8 @@ from ..specs.validate import choice, flag, integer, keys, number, show
 
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
-         "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer")
+         "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer",
+         "tiled_mlp")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
@@ -89,6 +90,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "optimizer_offload": [0.0],
         "param_offload": [False],
         "optimizer": ["adamw"],        # Muon only as the user names it (one value)
+        "tiled_mlp": [False],          # DeepSpeed's TiledMLP only as the user names it (one value)
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -111,7 +113,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         if not (v in RECOMPUTE or modules(v)):
             problems.append(f"plan constraints: recompute must be one of {', '.join(map(repr, RECOMPUTE))} or "
                             f"Megatron's recompute modules joined by '+' (e.g. {MODULES_TEXT}) (got {show(v)})")
-    for knob in ("tp_overlap", "ep_overlap", "param_offload"):
+    for knob in ("tp_overlap", "ep_overlap", "param_offload", "tiled_mlp"):
         for v in sp[knob]:
             flag(problems, f"plan constraints: {knob}", v)
     for v in sp["optimizer_offload"]:
@@ -134,7 +136,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                             f"(got {show(v)})")
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload", "optimizer"):
+    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload", "optimizer",
+                 "tiled_mlp"):
         if len(set(sp[knob])) > 1:
             raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
     if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:

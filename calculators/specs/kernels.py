@@ -192,8 +192,9 @@ def elementwise_kernels(par) -> str:
       A PyTorch-native stack built on Transformer Engine's modules, as NeMo Automodel's "TE"
       kernel optimizations are (RMSNorm, Linear and DotProductAttention), or on Liger's kernels,
       runs them fused without compiling: say elementwise="fused".
-    It sets what the kernels move (time); the activation bytes follow `framework` and `compile`, and
-    so do torchao's FP8 casts (elementwise.fp8_casts: a Transformer Engine stack in FP8 is not modelled
+    It sets what the kernels move (time); the activation bytes follow `framework` and `compile` (and
+    deepspeed's fused is Liger's modules, which keep less: memory/activations.liger), and so do
+    torchao's FP8 casts (elementwise.fp8_casts: a Transformer Engine stack in FP8 is not modelled
     under fsdp2)."""
     if par.elementwise:
         return par.elementwise

@@ -65,6 +65,13 @@ def check_megatron_knobs(p: list, w: list, model: ModelSpec, cluster: ClusterSpe
     _check_offload(p, w, model, par)
     _check_host_offload(p, par)
     p.extend(check_muon(par))
+    if par.tiled_mlp:
+        require(p, par.framework == "deepspeed", lambda: f"tiled_mlp is DeepSpeed's TiledMLP (ALST; ArcticTraining's "
+                f"tiled_mlp_compute), patched into a Hugging Face model's MLP; {par.framework} has none: use framework "
+                "deepspeed, or tiled_mlp false")
+        require(p, model.moe is None and model.mlp == "swiglu", "tiled_mlp tiles a dense gated MLP, down(act(gate x) * "
+                "up x); this model's MLP is " + ("a mixture of experts" if model.moe else "not gated") +
+                ": set tiled_mlp false")
     if par.loss == "chunked" and par.tp > 1:
         p.append("loss chunked (Liger-Kernel's fused linear cross-entropy) takes the whole vocabulary on each rank; "
                  "a tensor-parallel output layer holds a slice of it: use tp 1, or another loss")

@@ -105,6 +105,8 @@ class ParallelConfig:
                                  # --optimizer-cpu-offload with its fraction, FSDP2's CPUOffloadPolicy
     optimizer: str = "adamw"     # adamw | muon (Newton-Schulz on the weight matrices, AdamW on the rest, as each
                                  # framework runs it: specs/optimizers.py)
+    tiled_mlp: bool = False      # the dense SwiGLU MLP run in tiles of `hidden` tokens, its forward again tile by tile
+                                 # in backward (DeepSpeed's TiledMLP: ALST, ArcticTraining's tiled_mlp_compute)
     param_offload: bool = False  # ZeRO-3 weight shards in host memory, copied in for every gather (DeepSpeed's
                                  # offload_param; FSDP2's CPUOffloadPolicy, which moves both)
     split: tuple = ()            # layers held by each pipeline stage, first to last (p*vpp stages when
@@ -118,7 +120,7 @@ class ParallelConfig:
         if self.etp == 0:
             object.__setattr__(self, "etp", self.tp if type(self.tp) is int else 1)
         p = check_fields(self, "parallel", limits.PARALLEL,
-                         flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap", "param_offload"),
+                         flags=("sp", "tp_overlap", "flash", "compile", "ep_overlap", "param_offload", "tiled_mlp"),
                          choices={"precision": PRECISIONS, "schedule": SCHEDULES, "framework": FRAMEWORKS,
                                   "dispatcher": DISPATCHERS, "attention": ATTENTION_KERNELS,
                                   "loss": LOSS_KERNELS, "experts": EXPERT_KERNELS, "grad_dtype": GRAD_DTYPES,

@@ -16,7 +16,8 @@ GEMM, whose math and memory traffic overlap only in part, takes their sum:
 - FP8 speeds up the layers' weight GEMMs only (attention, norms, the output GEMM and the rest stay
   in bf16), the weight-gradient GEMM too but under torchao's rowwise_with_gw_hp.
 - recompute: "full" runs the layer's forward again before its backward; "selective" the attention
-  core's forward; a Megatron module list each module's forward (`_modules_recompute`).
+  core's forward; a Megatron module list each module's forward (`_modules_recompute`). A tiled MLP
+  (parallel.tiled_mlp) runs its forward once more in its backward, under full recompute a third time.
 """
 from __future__ import annotations
 
@@ -191,6 +192,8 @@ def layer_time(model: ModelSpec, par: ParallelConfig, moe_layer: bool, gpu: GPUS
     recompute = _modules_recompute(model, par, moe_layer, T, by_module, attn, gpu, profile) if kind == "modules" \
         else {"full": forward / every, "core_attn": attn,
               "op_sac": unsaved + mem + (attn if sac_recomputes_attention(par.recompute) else 0.0)}.get(kind, 0.0)
+    if par.tiled_mlp and not moe_layer:     # DeepSpeed's TiledMLP runs the MLP's forward again in its backward
+        recompute += mlp_gemm + mem * share_f
     # torchao's rowwise_with_gw_hp runs the weight-gradient GEMMs in bf16 (fp8.fp8_weight_grad)
     gemm_w = gemm if fp8_weight_grad(par) or par.precision != "fp8" else \
         _layer_gemms(model, par, moe_layer, T, gpu, profile, linears_fp8=False)[0]

@@ -63,10 +63,14 @@ def model_flops_per_token(model: ModelSpec, seq: int, causal: bool = True) -> fl
 
 
 def recomputed_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
-                               framework: str = "megatron") -> float:
+                               framework: str = "megatron", tiled_mlp: bool = False) -> float:
     """Forward FLOPs per token that recompute runs again (calculators/specs/recompute.py): full the
     layers' forward (1/N of it with layer:N), core_attn the attention core, op_sac the matmuls it
-    does not keep (every second one, the router, the experts), a module list its modules'."""
+    does not keep (every second one, the router, the experts), a module list its modules'; a tiled
+    MLP (DeepSpeed's TiledMLP) its dense MLPs' forward once more, whatever the policy."""
+    if tiled_mlp:
+        return _module_flops(model, seq, ("mlp",), causal) + recomputed_flops_per_token(model, seq, recompute,
+                                                                                         causal, framework)
     kind, every = policy(framework, recompute)
     if kind == "modules":
         return _module_flops(model, seq, modules(recompute), causal)
@@ -97,10 +101,10 @@ def _module_flops(model: ModelSpec, seq: int, mods: tuple, causal: bool) -> floa
 
 
 def hardware_flops_per_token(model: ModelSpec, seq: int, recompute: str, causal: bool = True,
-                             framework: str = "megatron") -> float:
+                             framework: str = "megatron", tiled_mlp: bool = False) -> float:
     """Training FLOPs per token actually executed, for HFU: model FLOPs plus recompute."""
     return model_flops_per_token(model, seq, causal) + recomputed_flops_per_token(model, seq, recompute, causal,
-                                                                                  framework)
+                                                                                  framework, tiled_mlp)
 
 
 def flops_per_step(model: ModelSpec, seq: int, gbs: int, causal: bool = True) -> float:

@@ -252,7 +252,7 @@ def estimate_step(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig,
     for r, rank_layers in enumerate(layers):
         mode = par.rank_recompute(r)
         layers_by_mode[mode] = layers_by_mode.get(mode, 0) + len(rank_layers)
-    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode, framework=par.framework)
+    hflops = sum(n * fl.hardware_flops_per_token(model, par.seq, mode, framework=par.framework, tiled_mlp=par.tiled_mlp)
                  for mode, n in layers_by_mode.items()) / model.layers
     busiest = max(range(p), key=lambda r: timeline.busy[r])
     breakdown = _breakdown({moe: parts[(moe, par.rank_recompute(busiest))] for moe in model.layer_kinds},

@@ -49,6 +49,8 @@ SCENARIO = {
     "optimizer_offload": (_slider(0.0, 1.0, "share of the optimizer kept and stepped in host memory (offload)", 0.1),
                           0.0),
     "param_offload": (lambda v: gr.Checkbox(v, label="ZeRO-3 weight shards in host memory (deepspeed, fsdp2)"), False),
+    "tiled_mlp": (lambda v: gr.Checkbox(v, label="MLP in sequence tiles, its forward again in backward (deepspeed's "
+                                                 "TiledMLP, ALST)"), False),
     "host_optimizer_gbps": (lambda v: gr.Number(v, label="host memory GB/s a node for the offloaded optimizer's step "
                                                          "(0: 32)", minimum=0, maximum=limits.CLUSTER[
                                                              "host_optimizer_gbps"][1]), 0.0),

@@ -16,8 +16,8 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_replicate", "sp",
         "mbs", "gbs", "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
-        "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "precision", "fp8_recipe",
-        "fp8_weights", "optimizer")
+        "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "tiled_mlp", "precision",
+        "fp8_recipe", "fp8_weights", "optimizer")
 
 
 def optimizer_words(par) -> str:

@@ -18,7 +18,7 @@ from . import Widget, scenario_controls, which_model, wire
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "split", "zero", "sp",
         "tp_overlap", "ep_overlap", "mbs", "gbs", "seq", "recompute", "recompute_ranks", "schedule", "precision",
         "framework", "dispatcher", "dispatch_sms", "attention", "experts", "grad_dtype", "moment_dtype",
-        "master_dtype", "offload_layers", "offload_modules", "optimizer_offload", "param_offload",
+        "master_dtype", "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "tiled_mlp",
         "host_optimizer_gbps", "optimizer")
 SHOW = ("model", "gpu", "nodes", "tp", "tp_overlap", "pp", "zero", "mbs", "gbs", "seq", "recompute", "schedule",
         "precision")                 # the controls shown where the chapter's directive does not say (show=...)

@@ -16,6 +16,7 @@ PyTorch what they cost: the element-wise bytes each op moves, and the bytes kept
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 
 import torch
@@ -24,6 +25,8 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from tests.calculators.reference_kernels import LigerRMSNorm, LigerSiLUMul, TiledMLP
 
 aten = torch.ops.aten
 _VIEWS = {"aten::_unsafe_view", "aten::alias", "aten::expand", "aten::permute", "aten::transpose", "aten::t",
@@ -48,9 +51,14 @@ def _fan(y, *linears):
 
 def _mlp(block, h, norm, gate, up, down):
     """The SwiGLU MLP after its norm, with the regions layernorm (the norm with gate and up), act
-    (silu(gate) * up with down) and mlp (everything after the norm)."""
+    (silu(gate) * up with down) and mlp (everything after the norm); or tiled (TiledMLP, in
+    ceil(seq / hidden) tiles, as ArcticTraining calls DeepSpeed's); with liger, Liger's SwiGLU."""
     def act(g, u):
-        return down(F.silu(g) * u)
+        return down(LigerSiLUMul.apply(g, u) if "liger" in block.regions else F.silu(g) * u)
+    if "tiled" in block.regions:
+        def tile(y):                   # functional: module hooks (FlopCounterMode's) see no tile
+            return F.linear(F.silu(F.linear(y, gate.weight)) * F.linear(y, up.weight), down.weight)
+        return TiledMLP.apply(tile, norm(h), math.ceil(h.shape[-2] / h.shape[-1]))
     if "layernorm" in block.regions:
         return act(*_region(block, "layernorm", lambda h: _fan(norm(h), gate, up), h))
     return _region(block, "mlp", lambda y: _region(block, "act", act, gate(y), up(y)), norm(h))
@@ -248,6 +256,17 @@ class HFBlock(nn.Module):
 
     def tables(self, s):
         return torch.randn(1, 1, s, self.d, dtype=torch.bfloat16), torch.randn(1, 1, s, self.d, dtype=torch.bfloat16)
+
+
+class LigerHFBlock(HFBlock):
+    """HFBlock as Liger-Kernel patches it (AutoLigerKernelForCausalLM): LigerRMSNorm and Liger's SwiGLU
+    (reference_kernels). Liger's RoPE rotates q and k in place; the eager one here keeps the same
+    tensors (its products keep cos and sin), so it stays."""
+
+    def __init__(self, h, heads, kv_heads, ffn, head_dim=None):
+        super().__init__(h, heads, kv_heads, ffn, head_dim)
+        self.input_layernorm, self.post_attention_layernorm = LigerRMSNorm(h), LigerRMSNorm(h)
+        self.regions = ("liger",)
 
 
 class _Bytes(TorchDispatchMode):

@@ -198,11 +198,16 @@ def test_runs_of_nvidias_performance_recipes_keep_bf16_gradients(scored):
 def test_pytorch_native_runs_on_transformer_engine_modules_run_its_kernels(scored):
     """NeMo Automodel's "TE" runs (FSDP2 over Transformer Engine's RMSNorm, Linear and
     DotProductAttention) run fused element-wise kernels and cuDNN attention, not torchtitan's eager
-    ops and FlashAttention-2; the other PyTorch-native rows keep their framework's."""
+    ops and FlashAttention-2; so do ALST's runs with its tiled logits on Liger-Kernel's modules
+    (ArcticTraining's model type liger); the other PyTorch-native rows keep their framework's."""
     runs = [s.run for s in scored[0]]
     te = [r for r in runs if r.source == "nemo-automodel-perf"]
     assert te and all(r.par.elementwise == "fused" and r.par.attention == "cudnn" for r in te)
-    native = [r for r in runs if r.par.framework in ("fsdp2", "deepspeed") and r.source != "nemo-automodel-perf"]
+    alst = [r for r in runs if r.source.startswith("arxiv-2506.13996")]
+    assert {r.line for r in alst if r.par.elementwise == "fused"} == {r.line for r in alst if r.par.loss == "chunked"}
+    assert len({r.par.elementwise for r in alst}) == 2
+    native = [r for r in runs if r.par.framework in ("fsdp2", "deepspeed") and r.source != "nemo-automodel-perf"
+              and r not in alst]
     assert native and all(r.par.elementwise == "" for r in native)
 
 
