@@ -167,7 +167,7 @@ def scenario_from(values: dict):
         unit = par.get("dp", 1) * par.get("mbs", 1)
         par["gbs"] = unit * max(1, round(par["gbs"] / unit))
     for k in ("recompute", "schedule", "precision", "framework", "dispatcher", "loss", "attention", "experts",
-              "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights", "offload_modules",
+              "elementwise", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights", "offload_modules",
               "optimizer"):
         if k in values:
             par[k] = values[k]

@@ -18,7 +18,8 @@ one GPU: the memory model's `working` term (estimate.py), beside the layers' sav
 - A tiled MLP (parallel.tiled_mlp, DeepSpeed's TiledMLP as ALST and ArcticTraining run it) keeps
   only its input and fills the T x h gradient of that input tile by tile, each tile running its
   forward again with autograd: one tile's intermediates and their gradients beside it
-  (`tiled_mlp_transient`; within 4% of the trace, under it with Liger's norm).
+  (`tiled_mlp_transient`: the tile's gate, up, activation and product, 8 bytes per element of its
+  tokens x ffn, and two of their gradients, 4 more; under Liger's norm that tile is the peak).
 - Recompute adds what the recomputed layer re-makes beyond what it kept (`recomputed_extra`): under
   full recompute, what it keeps without recompute but its checkpointed input (the eager norm keeps
   an fp32 copy of its input, not the input: all of it there). Reentrant checkpointing (DeepSpeed's
@@ -36,6 +37,7 @@ from ..specs.parallel import ParallelConfig
 from ..specs.recompute import policy
 
 HF_NORM_BACKWARD = 18     # bytes per element of T x h at Hugging Face's RMSNorm's backward (traced; 17.99)
+TILE_FFN = 12             # bytes per element of a tile's tokens x ffn at its backward's peak (traced)
 REENTRANT = 2             # bytes per element of T x h reentrant checkpointing holds beside a re-made layer (traced)
 
 
@@ -49,10 +51,13 @@ def tiled_mlp_tile(model: ModelSpec, par: ParallelConfig) -> float:
 
 def tiled_mlp_transient(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> float:
     """Bytes a tiled MLP's backward holds beyond what the layer kept: the T x h gradient of its
-    input, filled tile by tile, and one tile's intermediates with their gradients."""
+    input, filled tile by tile, and one tile's eager SwiGLU (ArcticTraining leaves Liger's off under
+    tiling) with its gradients, TILE_FFN bytes per element of its tokens x ffn, and its output
+    (traced, to the byte where the tile is the peak)."""
     if not par.tiled_mlp or moe_layer:
         return 0.0
-    return BF16 * tokens(par) * model.hidden + 2 * _ffn_bytes(model, par) * tiled_mlp_tile(model, par) * model.ffn
+    tile = tiled_mlp_tile(model, par)
+    return BF16 * tokens(par) * model.hidden + tile * (TILE_FFN * model.ffn / par.tp + BF16 * model.hidden)
 
 
 def traced_block(model: ModelSpec, par: ParallelConfig, moe_layer: bool) -> str:

@@ -117,7 +117,7 @@ def mfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, peak_tflops: fl
 
 
 def hfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq: int, recompute: str, peak_tflops: float,
-        causal: bool = True, framework: str = "megatron") -> float:
+        causal: bool = True, framework: str = "megatron", tiled_mlp: bool = False) -> float:
     """Hardware FLOPs utilisation: as MFU, counting recomputed FLOPs too."""
-    return tokens_per_s_per_gpu * hardware_flops_per_token(model, seq, recompute, causal, framework) / (
+    return tokens_per_s_per_gpu * hardware_flops_per_token(model, seq, recompute, causal, framework, tiled_mlp) / (
         peak_tflops * 1e12)

@@ -40,7 +40,8 @@ SCENARIO = {
     "split": (lambda v: gr.Textbox(v, label="layers per pipeline stage (18/21/21/20, a run as value x count: "
                                           "1/2x62/1; empty: even)",
                                    max_length=MAX_LIST_CHARS), ""),
-    "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron)"), 0),
+    "offload_layers": (_slider(0, 128, "layers whose activations wait in host memory (Megatron; deepspeed: every "
+                                      "layer, its cpu_checkpointing)"), 0),
     "offload_modules": (lambda v: gr.Dropdown([("none", ""),
                                                ("experts' inputs (expert_fc1+moe_act)", "expert_fc1+moe_act"),
                                                ("attention core (core_attn+attn_proj)", "core_attn+attn_proj"),
@@ -80,6 +81,12 @@ SCENARIO = {
                                     ("fused (one kernel)", "fused")], value=v, label="local experts' GEMMs"), ""),
     "grad_dtype": (lambda v: gr.Radio([("framework's", ""), ("fp32", "fp32"), ("bf16", "bf16")], value=v,
                                       label="gradients kept and reduced in"), ""),
+    "loss": (lambda v: gr.Radio([("framework's", ""), ("eager, fp32 upcast", "eager"), ("compiled", "compiled"),
+                                 ("eager on bf16 logits", "bf16"), ("chunked (Liger's fused linear)", "chunked")],
+                                value=v, label="cross-entropy"), ""),
+    "elementwise": (lambda v: gr.Radio([("framework's", ""), ("eager (PyTorch ops)", "eager"),
+                                        ("fused (TE's, Liger's, compiled)", "fused")], value=v,
+                                       label="norms, RoPE and activation kernels (deepspeed fused: Liger's)"), ""),
     "optimizer": (lambda v: gr.Radio([("AdamW", "adamw"), ("Muon (AdamW on embeddings and norms)", "muon")], value=v,
                                      label="optimizer"), "adamw"),
     "moment_dtype": (lambda v: gr.Radio([("fp32", ""), ("bf16 (precision-aware optimizer)", "bf16")], value=v,

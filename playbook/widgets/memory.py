@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from calculators.memory.activations import liger
 from calculators.memory.estimate import ddp_buckets, memory_dict
 from calculators.specs.fp8 import FP8_TEXT, fp8_weights
 from calculators.specs.frameworks import MASTER_TEXT, grad_dtype, master_dtype
@@ -16,8 +17,8 @@ from . import Widget, scenario_controls, which_model, wire
 CONVENTION = "GiB = 2^30 bytes, peak allocated on the most loaded GPU"
 KEYS = ("model", "config", "gpu", "nodes", "gpn", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "dp_replicate", "sp",
         "mbs", "gbs", "seq", "recompute", "schedule", "framework", "grad_dtype", "moment_dtype", "master_dtype",
-        "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "tiled_mlp", "precision",
-        "fp8_recipe", "fp8_weights", "optimizer")
+        "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "tiled_mlp", "loss",
+        "elementwise", "precision", "fp8_recipe", "fp8_weights", "optimizer")
 
 
 def optimizer_words(par) -> str:
@@ -42,7 +43,8 @@ def compute(v: dict):
             f"**{mem['total_gib']:.2f} GiB** of {mem['capacity_gib']:.2f} GiB: {verdict}. ({par.framework} memory "
             f"layout, {grad_dtype(par)} gradients, {optimizer_words(par)}, "
             f"{MASTER_TEXT[master_dtype(par)]}{FP8_TEXT.get(fp8_weights(par), '')}"
-            f"{', what ' + escape.md(par.offload_modules) + ' save in host memory' if par.offload_modules else ''}; "
+            f"{', what ' + escape.md(par.offload_modules) + ' save in host memory' if par.offload_modules else ''}"
+            f"{', Liger-Kernel modules' if liger(par) else ''}{', the MLP tiled (TiledMLP)' if par.tiled_mlp else ''}; "
             f"{CONVENTION}; fits "
             f"when at most {mem['usable_fraction']:.0%} of the GPU's memory, {par.framework}'s rule: the rest is "
             "CUDA context, NCCL, workspaces and fragmentation)")

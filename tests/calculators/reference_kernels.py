@@ -35,15 +35,20 @@ class TiledMLP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # as DeepSpeed's: the rows of (b * s, h) in tiles, each tile's .grad a view of one x_grad
         (x,) = ctx.saved_tensors
-        x_grad = torch.zeros_like(x)
-        for part, g, into in zip(x.detach().chunk(ctx.tiles, -2), grad.chunk(ctx.tiles, -2),
-                                 x_grad.chunk(ctx.tiles, -2)):
-            part = part.detach().requires_grad_(True)
+        shape = x.shape
+        rows, grad = x.detach().view(-1, shape[-1]), grad.reshape(-1, shape[-1])
+        x_grad = torch.zeros_like(rows)
+        start = 0
+        for part in rows.chunk(ctx.tiles, 0):
+            n = part.shape[0]
+            part.requires_grad_(True)
+            part.grad = x_grad.narrow(0, start, n)
             with torch.enable_grad():
-                torch.autograd.backward(ctx.fn(part), g)        # the weights' gradients accumulate in .grad
-            into.copy_(part.grad)
-        return None, x_grad, None
+                torch.autograd.backward(ctx.fn(part), grad.narrow(0, start, n))   # weights' gradients in .grad
+            start += n
+        return None, x_grad.view(shape), None
 
 
 class _RMSNorm(torch.autograd.Function):
