@@ -19,6 +19,7 @@ from ..specs.models import ModelSpec
 from ..specs.errors import ConfigError
 from ..specs.fp8 import fp8_recipe, fp8_weights
 from ..specs.frameworks import grad_dtype, master_dtype
+from ..memory.activations import liger
 from ..specs.kernels import loss_kernel
 from ..specs.parallel import ParallelConfig
 from ..specs.stages import megatron_split
@@ -356,4 +357,9 @@ def _deepspeed(model, cluster, par, _ref):
         notes += _alltoall_only(par, "DeepSpeed's MoE layer")
     if par.precision == "fp8":
         notes.append("FP8 in DeepSpeed goes through Transformer Engine layers in the model")
+    if liger(par) or loss_kernel(par) == "chunked":
+        notes.append("Liger-Kernel is no config key: build the model with liger_kernel.transformers."
+                     "AutoLigerKernelForCausalLM" + (" (its modules: elementwise fused)" if liger(par) else "") +
+                     (" and its fused linear cross-entropy (loss chunked)" if loss_kernel(par) == "chunked" else "") +
+                     (", swiglu=False beside the tiled MLP" if par.tiled_mlp and liger(par) else ""))
     return json.dumps(cfg, indent=2), notes

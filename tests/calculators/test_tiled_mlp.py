@@ -216,3 +216,26 @@ def test_hostile_tiled_mlp_values_get_a_message_naming_the_field(value):
         assert "tiled_mlp" in str(exc)          # the pages escape what they show (tests/playbook)
     else:
         assert par.tiled_mlp in (True, False)
+
+
+def test_the_deepspeed_export_says_how_to_run_tiling_and_liger():
+    from calculators.planning.export import export
+    config, notes = export("deepspeed", LLAMA, H100, replace(_alst(1_200_000, True, True), elementwise="fused"))
+    assert "cpu_checkpointing" in config and "offload_optimizer" in config
+    text = " ".join(notes)
+    assert "TiledMLP" in text and "AutoLigerKernelForCausalLM" in text and "swiglu=False" in text
+    _, plain = export("deepspeed", LLAMA, H100, replace(_alst(65536, False, False), loss="", elementwise=""))
+    assert not any("Liger" in n or "TiledMLP" in n for n in plain)
+
+
+def test_the_planner_tiles_only_when_asked():
+    """tiled_mlp is a constraint of one value: plans carry it, never choose it."""
+    from calculators.planning.planner import plan
+    asked = {"framework": "deepspeed", "zero": 3, "recompute": "full", "optimizer_offload": 1.0, "tiled_mlp": True,
+             "tp": 1, "pp": 1}
+    tiled = plan(LLAMA, H100, 262144, 1, asked)
+    assert tiled.plans and all(p.par.tiled_mlp for p in tiled.plans)
+    untiled = plan(LLAMA, H100, 262144, 1, {k: v for k, v in asked.items() if k != "tiled_mlp"})
+    assert all(not p.par.tiled_mlp for p in untiled.plans)
+    with pytest.raises(ConfigError, match="tiled_mlp"):
+        plan(LLAMA, H100, 262144, 1, {**asked, "tiled_mlp": [True, False]})
