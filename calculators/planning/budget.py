@@ -186,7 +186,8 @@ def _option(req: dict, gpus: int, gbs: int, found: tuple) -> dict:
                                                     "schedule", "precision", "framework", "grad_dtype",
                                                     "moment_dtype", "master_dtype", "fp8_recipe", "fp8_weights",
                                                     "offload_layers", "offload_modules", "optimizer_offload",
-                                                    "param_offload", "optimizer", "tiled_mlp")}
+                                                    "param_offload", "optimizer", "tiled_mlp", "loss",
+                                                    "elementwise")}
     return {**base, "plan": label(best.par), "parallel": parallel, "tokens_per_s_per_gpu": tps,
             "mfu": best.step.mfu, "step_s": best.step.time_s, "ideal_days": ideal_s / 86_400,
             "days": wall_s / 86_400, "gpu_hours": gpu_hours, "cost": gpu_hours * req["price_per_gpu_hour"],

@@ -57,6 +57,7 @@ def label(p: ParallelConfig) -> str:
     parts += ["param-offload"] if p.param_offload else []
     parts += ["optimizer=muon"] if p.optimizer == "muon" else []
     parts += ["tiled-mlp"] if p.tiled_mlp else []
+    parts += [f"loss={p.loss}"] if p.loss else []
     modes = p.recompute_ranks if len(set(p.recompute_ranks)) > 1 else (p.recompute,)
     parts += [f"zero{p.zero}"] + ([f"hsdp{p.dp_replicate}"] if p.dp_replicate > 1 else [])
     parts += [f"mbs{p.mbs}", p.schedule, "recompute=" + runs_text(modes)]
@@ -192,7 +193,8 @@ def short(par) -> str:
             f" zero{par.zero} recompute={par.recompute}" +
             (f" optimizer-offload={par.optimizer_offload:g}" if par.optimizer_offload else "") +
             (" param-offload" if par.param_offload else "") + (" optimizer=muon" if par.optimizer == "muon" else "") +
-            (" tiled-mlp" if par.tiled_mlp else ""))
+            (" tiled-mlp" if par.tiled_mlp else "") + (f" loss={par.loss}" if par.loss else "") +
+            (f" elementwise={par.elementwise}" if par.elementwise else ""))
 
 
 def finalists(ordered: list, n: int) -> list:

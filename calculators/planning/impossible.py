@@ -51,6 +51,25 @@ def _offloaded(model: ModelSpec, cluster: ClusterSpec, par) -> str:
             "its step slowed by the host's optimizer step: plan with those constraints to see it")
 
 
+def _tiled(model: ModelSpec, cluster: ClusterSpec, par) -> str:
+    """What the closest layout would need with its MLP tiled (DeepSpeed's TiledMLP), where the
+    constraints did not say it and it runs (deepspeed, a dense gated MLP), alone or beside the
+    optimizer in host memory, if that fits."""
+    if par.framework != "deepspeed" or par.tiled_mlp or model.moe is not None or model.mlp != "swiglu":
+        return ""
+    for offload in ((False, True) if not par.optimizer_offload else (False,)):
+        tiled = replace(par, tiled_mlp=True, **({"optimizer_offload": 1.0, "zero": 3} if offload else {}))
+        try:
+            mem = peak_memory(model, cluster, tiled)
+        except ConfigError:
+            continue
+        if mem.fits:
+            knobs = "tiled_mlp true" + (", optimizer_offload 1, zero 3" if offload else "")
+            return (f". With its MLP tiled ({knobs}: DeepSpeed's TiledMLP, one more MLP forward a layer) it would "
+                    f"need {mem.total_gib:.1f} GiB and fit: plan with those constraints to see it")
+    return ""
+
+
 def impossible(search) -> tuple[str, int]:
     """Nothing fits: how close the closest layout came, and the smallest cluster that fits."""
     model, cluster = search.model, search.cluster
@@ -65,7 +84,7 @@ def impossible(search) -> tuple[str, int]:
             f"{search.space['recompute'][-1]}, mbs {min(search.space['mbs'])})")
     closest = min(frugal, key=lambda r: peak_memory(model, cluster, r.par).total_gib)
     text += f"; the closest, {short(closest.par)}, is {oom_reason(peak_memory(model, cluster, closest.par))}"
-    text += _offloaded(model, cluster, closest.par)
+    text += _offloaded(model, cluster, closest.par) + _tiled(model, cluster, closest.par)
     counts = node_counts(cluster.nodes, cluster.gpus_per_node)
     if not counts:
         return f"{text}. No larger cluster is within the limit of {limits.MAX_GPUS:,} GPUs either.", 0

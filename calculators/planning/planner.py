@@ -38,7 +38,7 @@ from ..specs.parallel import ZERO_STAGES, ParallelConfig, derive
 from ..specs.stages import virtual_split
 from ..specs.recompute import order as recompute_order
 from ..time.profiles import HardwareProfile, default_profile
-from .space import hsdp_replicas, one_microbatch, space, structures
+from .space import ONE_VALUE, hsdp_replicas, offloaded_checkpoints, one_microbatch, space, structures
 from .split import balance_split
 from ..time.step import closed_step_time, estimate_step, pipeline_tail, rank_busy, stage_costs, zero_terms
 
@@ -157,9 +157,7 @@ class _Search:
                                                            self.framework == "megatron"),
                                       fp8_recipe=sp["fp8_recipe"][0], fp8_weights=sp["fp8_weights"][0],
                                       offload_modules=sp["offload_modules"][0], gbs=self.gbs, mbs=min(sp["mbs"]),
-                                      optimizer_offload=sp["optimizer_offload"][0],
-                                      param_offload=sp["param_offload"][0], optimizer=sp["optimizer"][0],
-                                      tiled_mlp=sp["tiled_mlp"][0],
+                                      **{k: sp[k][0] for k in ONE_VALUE},
                                       zero=zero, recompute=sp["recompute"][-1], precision=sp["precision"][0],
                                       schedule="1f1b" if single or "1f1b" in sp["schedule"] else sp["schedule"][0],
                                       framework=self.framework, vpp=vpp, split=self.virtual_split(sizes["pp"], vpp))
@@ -170,7 +168,10 @@ class _Search:
             except ConfigError as exc:
                 self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
                 continue
-            mem = self.memory(base)
+            mem, moved = self.memory(base), offloaded_checkpoints(self.model, self.framework, sp)
+            if moved and not isinstance(mem, ConfigError) and not mem.fits:    # DeepSpeed's cpu_checkpointing
+                base = replace(base, offload_layers=moved)
+                mem = self.memory(base)
             one = None if isinstance(mem, ConfigError) or mem.fits else one_microbatch(base, sp["mbs"])
             if one:
                 alt = replace(base, mbs=one)

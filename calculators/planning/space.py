@@ -11,8 +11,9 @@ from ..specs.hardware import ClusterSpec
 from ..specs.models import ModelSpec
 from ..specs.optimizers import OPTIMIZERS
 from ..specs.limits import PARALLEL, PLAN
-from ..specs.parallel import (DISPATCHERS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS, GRAD_DTYPES,
-                              MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES, derive, zero_shards)
+from ..specs.parallel import (DISPATCHERS, ELEMENTWISE_KERNELS, EXPERT_KERNELS, FP8_RECIPES, FP8_WEIGHTS, FRAMEWORKS,
+                              GRAD_DTYPES, LOSS_KERNELS, MASTER_DTYPES, MOMENT_DTYPES, PRECISIONS, RECOMPUTE, SCHEDULES,
+                              derive, zero_shards)
 from ..specs.recompute import (MODULES_TEXT, levels as recompute_levels, modules, offload_modules,
                                order as recompute_order)
 from ..specs.validate import choice, flag, integer, keys, number, show
@@ -20,9 +21,19 @@ from ..specs.validate import choice, flag, integer, keys, number, show
 KNOBS = ("tp", "cp", "ep", "etp", "pp", "vpp", "zero", "mbs", "recompute", "schedule", "precision", "tp_overlap",
          "ep_overlap", "dispatcher", "experts", "grad_dtype", "moment_dtype", "master_dtype", "fp8_recipe",
          "fp8_weights", "offload_layers", "offload_modules", "optimizer_offload", "param_offload", "optimizer",
-         "tiled_mlp")
+         "tiled_mlp", "loss", "elementwise")
+# the knobs a plan takes one value of, the user's (or their default), on every layout
+ONE_VALUE = ("optimizer_offload", "param_offload", "optimizer", "tiled_mlp", "loss", "elementwise")
 DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
+
+
+def offloaded_checkpoints(model: ModelSpec, framework: str, space: dict) -> int:
+    """DeepSpeed's cpu_checkpointing (every layer's checkpoint in host memory, under full recompute)
+    where the constraints allow offload_layers of all the model's layers; else 0 (the planner tries
+    Megatron's counts itself)."""
+    full = space["recompute"][-1] == "full" and model.layers in space["offload_layers"]
+    return model.layers if framework == "deepspeed" and full else 0
 
 
 def _divisors(n: int) -> list[int]:
@@ -91,6 +102,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
         "param_offload": [False],
         "optimizer": ["adamw"],        # Muon only as the user names it (one value)
         "tiled_mlp": [False],          # DeepSpeed's TiledMLP only as the user names it (one value)
+        "loss": [""], "elementwise": [""],     # the framework's kernels, or the ones the user names (one value)
     }
     for knob in KNOBS:
         if knob in constraints:
@@ -106,7 +118,8 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     for knob, options in (("precision", PRECISIONS), ("schedule", SCHEDULES), ("dispatcher", DISPATCHERS),
                           ("experts", EXPERT_KERNELS), ("grad_dtype", GRAD_DTYPES),
                           ("moment_dtype", MOMENT_DTYPES), ("master_dtype", MASTER_DTYPES),
-                          ("fp8_recipe", FP8_RECIPES), ("fp8_weights", FP8_WEIGHTS), ("optimizer", OPTIMIZERS)):
+                          ("fp8_recipe", FP8_RECIPES), ("fp8_weights", FP8_WEIGHTS), ("optimizer", OPTIMIZERS),
+                          ("loss", LOSS_KERNELS), ("elementwise", ELEMENTWISE_KERNELS)):
         for v in sp[knob]:
             choice(problems, f"plan constraints: {knob}", v, options)
     for v in sp["recompute"]:
@@ -136,8 +149,7 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
                             f"(got {show(v)})")
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    for knob in ("fp8_recipe", "fp8_weights", "offload_modules", "optimizer_offload", "param_offload", "optimizer",
-                 "tiled_mlp"):
+    for knob in ("fp8_recipe", "fp8_weights", "offload_modules") + ONE_VALUE:
         if len(set(sp[knob])) > 1:
             raise ConfigError(f"plan constraints: {knob} takes one value (got {len(set(sp[knob]))}); plan once each")
     if framework == "megatron" and "fp8" in sp["precision"] and sp["fp8_weights"][0]:

@@ -239,3 +239,31 @@ def test_the_planner_tiles_only_when_asked():
     assert all(not p.par.tiled_mlp for p in untiled.plans)
     with pytest.raises(ConfigError, match="tiled_mlp"):
         plan(LLAMA, H100, 262144, 1, {**asked, "tiled_mlp": [True, False]})
+
+
+ALST_ASKS = {"framework": "deepspeed", "zero": 3, "recompute": "full", "tp": 1, "pp": 1, "optimizer_offload": 1.0,
+             "loss": "chunked", "elementwise": "fused"}
+
+
+def test_a_plan_that_does_not_fit_says_the_tiled_mlp_would():
+    """ALST's 1.2M tokens on 8 H100s without the tiled MLP: nothing fits, and the answer says what tiling the
+    MLP would need; asked for, the plan is ALST's layout (Ulysses over the 8 GPUs)."""
+    from calculators.planning.planner import plan
+    untiled = plan(LLAMA, H100, 1_200_000, 1, ALST_ASKS)
+    assert not untiled.plans and "tiled_mlp true" in untiled.impossible
+    tiled = plan(LLAMA, H100, 1_200_000, 1, {**ALST_ASKS, "tiled_mlp": True})
+    best = tiled.plans[0].par
+    assert (best.cp, best.tiled_mlp, best.loss, best.elementwise) == (8, True, "chunked", "fused")
+
+
+def test_the_planner_offloads_deepspeeds_checkpoints_only_where_needed():
+    """offload_layers of every layer is DeepSpeed's cpu_checkpointing: taken at 3.7M tokens, where nothing
+    fits without it, and not at 128k, where the layout fits on the GPU."""
+    from calculators.planning.planner import plan
+    asks = {**ALST_ASKS, "tiled_mlp": True, "offload_layers": [0, LLAMA.layers]}
+    assert plan(LLAMA, H100, 3_700_000, 1, asks).plans[0].par.offload_layers == LLAMA.layers
+    assert plan(LLAMA, H100, 131_072, 8, asks).plans[0].par.offload_layers == 0
+    with pytest.raises(ConfigError, match="plan constraints: loss"):
+        plan(LLAMA, H100, 131_072, 8, {**asks, "loss": ["eager", "chunked"]})
+    with pytest.raises(ConfigError, match="plan constraints: elementwise"):
+        plan(LLAMA, H100, 131_072, 8, {**asks, "elementwise": "<img src=x>"})
