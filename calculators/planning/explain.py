@@ -191,6 +191,7 @@ def rejections(search, ranked, runners_up):
 def short(par) -> str:
     return (f"tp{par.tp} cp{par.cp} pp{par.pp} dp{par.dp}" + (f" ep{par.ep}" if par.ep > 1 else "") +
             f" zero{par.zero} recompute={par.recompute}" +
+            (f" offload={par.offload_layers}" if par.offload_layers else "") +
             (f" optimizer-offload={par.optimizer_offload:g}" if par.optimizer_offload else "") +
             (" param-offload" if par.param_offload else "") + (" optimizer=muon" if par.optimizer == "muon" else "") +
             (" tiled-mlp" if par.tiled_mlp else "") + (f" loss={par.loss}" if par.loss else "") +

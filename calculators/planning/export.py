@@ -44,11 +44,30 @@ def export(fmt: str, model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig
                      ("add --overlap-moe-expert-parallel-comm (its first forward and last backward run alone; "
                       "it refuses full recompute and the 'moe' module)"
                       if fmt == "megatron" else f"{fmt} runs no such pairing, so its step takes longer"))
+    notes += _kernel_notes(fmt, par)
     if len(set(par.recompute_ranks)) > 1 and fmt != "harness":
         notes.append(f"recompute per pipeline rank ({', '.join(par.recompute_ranks)}) is not a setting here: "
                      f"exported with the most, {par.recompute!r}, on every rank, which recomputes more than "
                      f"planned (a slower step, same fit)")
     return text, notes
+
+
+def _kernel_notes(fmt: str, par: ParallelConfig) -> list[str]:
+    """What the config cannot say of a loss or element-wise kernels the plan names (the deepspeed
+    export says how to run Liger's itself)."""
+    if fmt == "deepspeed":
+        return []
+    notes = []
+    if par.loss == "chunked":
+        notes.append(f"loss chunked is Liger-Kernel's fused linear cross-entropy, which {fmt} does not run from its "
+                     "config: the plan counts its memory, so use it in the model's loss or plan with the "
+                     "framework's loss")
+    elif par.loss:
+        notes.append(f"loss {par.loss}: the plan costs that cross-entropy; the config does not set it")
+    if par.elementwise:
+        notes.append(f"elementwise {par.elementwise}: the plan costs those norm, RoPE and activation kernels; "
+                     f"the {fmt} config does not choose them")
+    return notes
 
 
 def _harness(model, cluster, par, model_ref):
@@ -357,9 +376,15 @@ def _deepspeed(model, cluster, par, _ref):
         notes += _alltoall_only(par, "DeepSpeed's MoE layer")
     if par.precision == "fp8":
         notes.append("FP8 in DeepSpeed goes through Transformer Engine layers in the model")
-    if liger(par) or loss_kernel(par) == "chunked":
+    if liger(par):
         notes.append("Liger-Kernel is no config key: build the model with liger_kernel.transformers."
-                     "AutoLigerKernelForCausalLM" + (" (its modules: elementwise fused)" if liger(par) else "") +
-                     (" and its fused linear cross-entropy (loss chunked)" if loss_kernel(par) == "chunked" else "") +
-                     (", swiglu=False beside the tiled MLP" if par.tiled_mlp and liger(par) else ""))
+                     "AutoLigerKernelForCausalLM (its modules: elementwise fused" +
+                     (", and its fused linear cross-entropy: loss chunked" if loss_kernel(par) == "chunked" else
+                      "; fused_linear_cross_entropy=False, the plan's loss is the framework's") + ")" +
+                     (", swiglu=False beside the tiled MLP" if par.tiled_mlp else ""))
+    elif loss_kernel(par) == "chunked":
+        notes.append("loss chunked is Liger-Kernel's fused linear cross-entropy alone: patch only it "
+                     "(apply_liger_kernel_to_<model>(rope=False, rms_norm=False, swiglu=False, "
+                     "fused_linear_cross_entropy=True)); AutoLigerKernelForCausalLM would also swap the norms, RoPE "
+                     "and SwiGLU, whose activations the plan counts eagerly")
     return json.dumps(cfg, indent=2), notes

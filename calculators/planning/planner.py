@@ -168,10 +168,7 @@ class _Search:
             except ConfigError as exc:
                 self.rejected.append(Rejected(ParallelConfig(**sizes), str(exc)))
                 continue
-            mem, moved = self.memory(base), offloaded_checkpoints(self.model, self.framework, sp)
-            if moved and not isinstance(mem, ConfigError) and not mem.fits:    # DeepSpeed's cpu_checkpointing
-                base = replace(base, offload_layers=moved)
-                mem = self.memory(base)
+            base, mem = offloaded_checkpoints(self.model, self.framework, sp, base, self.memory)
             one = None if isinstance(mem, ConfigError) or mem.fits else one_microbatch(base, sp["mbs"])
             if one:
                 alt = replace(base, mbs=one)

@@ -3,6 +3,8 @@ sequence length (defaults, narrowed by the user's constraints), and the valid (t
 ep, etp) structures on the cluster."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..memory.estimate import ddp_buckets, late_grads
 from ..specs import limits
 from ..specs.errors import ConfigError
@@ -28,12 +30,18 @@ DEFAULT_SCHEDULES = ("1f1b", "zb", "interleaved", "dualpipe")
 MIN_CP_CHUNK = 2048              # default space: no CP below this many tokens per rank
 
 
-def offloaded_checkpoints(model: ModelSpec, framework: str, space: dict) -> int:
-    """DeepSpeed's cpu_checkpointing (every layer's checkpoint in host memory, under full recompute)
-    where the constraints allow offload_layers of all the model's layers; else 0 (the planner tries
-    Megatron's counts itself)."""
-    full = space["recompute"][-1] == "full" and model.layers in space["offload_layers"]
-    return model.layers if framework == "deepspeed" and full else 0
+def offloaded_checkpoints(model: ModelSpec, framework: str, space: dict, base, memory) -> tuple:
+    """(layout, its memory): `base` and memory(base), or with DeepSpeed's cpu_checkpointing (every
+    layer's checkpoint in host memory, under full recompute, without a pipeline) where the
+    constraints allow offload_layers of all the model's layers and base does not fit without it
+    (the planner tries Megatron's counts itself)."""
+    mem = memory(base)
+    allowed = framework == "deepspeed" and space["recompute"][-1] == "full" and model.layers in space["offload_layers"]
+    if not allowed or base.pp > 1 or isinstance(mem, ConfigError) or mem.fits:
+        return base, mem
+    moved = replace(base, offload_layers=model.layers)
+    moved_mem = memory(moved)
+    return (base, mem) if isinstance(moved_mem, ConfigError) else (moved, moved_mem)
 
 
 def _divisors(n: int) -> list[int]:
@@ -134,6 +142,9 @@ def space(model: ModelSpec, cluster: ClusterSpec, seq: int, constraints: dict) -
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     framework = constraints.get("framework", "megatron")
+    if framework == "deepspeed" and set(sp["offload_layers"]) - {0, model.layers}:
+        raise ConfigError(f"plan constraints: deepspeed's cpu_checkpointing keeps every layer's checkpoint in host "
+                          f"memory: offload_layers may be 0 or {model.layers} (got {sorted(sp['offload_layers'])})")
     for knob, runs in LIMITS.get(framework, {}).items():
         outside = [v for v in sp[knob] if v not in runs]
         if outside and knob in constraints:

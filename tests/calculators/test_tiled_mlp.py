@@ -267,3 +267,26 @@ def test_the_planner_offloads_deepspeeds_checkpoints_only_where_needed():
         plan(LLAMA, H100, 131_072, 8, {**asks, "loss": ["eager", "chunked"]})
     with pytest.raises(ConfigError, match="plan constraints: elementwise"):
         plan(LLAMA, H100, 131_072, 8, {**asks, "elementwise": "<img src=x>"})
+
+
+def test_checkpoint_offload_in_the_planner_keeps_the_pipelined_layouts():
+    """cpu_checkpointing runs without a pipeline: allowing it must not cost the layouts with pp > 1 that fit."""
+    from calculators.planning.planner import plan
+    asks = {"framework": "deepspeed", "zero": [1, 3], "recompute": "full", "pp": [1, 2, 4, 8]}
+    fits = {(p.par.tp, p.par.cp, p.par.pp) for p in plan(LLAMA, H100, 131_072, 8, asks).plans}
+    offload = {(p.par.tp, p.par.cp, p.par.pp)
+               for p in plan(LLAMA, H100, 131_072, 8, {**asks, "offload_layers": [0, LLAMA.layers]}).plans}
+    assert fits <= offload
+    with pytest.raises(ConfigError, match="offload_layers may be 0 or 32"):
+        plan(LLAMA, H100, 131_072, 8, {**asks, "offload_layers": [16]})
+
+
+def test_what_the_answers_say_of_offloaded_checkpoints_and_kernels():
+    from calculators.planning.explain import short
+    from calculators.planning.export import export
+    assert "offload=32" in short(_alst(3_700_000, True, True))
+    par = ParallelConfig(dp=8, zero=3, gbs=8, seq=8192, framework="fsdp2", loss="chunked", elementwise="fused")
+    _, notes = export("torchtitan", LLAMA, H100, par)
+    assert any("loss chunked" in n for n in notes) and any("elementwise fused" in n for n in notes)
+    _, notes = export("deepspeed", LLAMA, H100, replace(_alst(65536, False, False), elementwise=""))
+    assert any("fused_linear_cross_entropy=True" in n and "AutoLigerKernelForCausalLM would" in n for n in notes)
