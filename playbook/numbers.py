@@ -106,7 +106,7 @@ def sink() -> str:
 def gpu(name: str, field: str = "bf16") -> str:
     g = gpu_from_name(name)
     return {"bf16": f"{g.bf16_tflops:,.0f} TFLOP/s", "fp8": f"{g.fp8_tflops:,.0f} TFLOP/s",
-            "hbm": f"{g.hbm_tbps} TB/s", "memory": f"{g.memory_gib:.0f} GiB",
+            "hbm": f"{g.hbm_tbps} TB/s", "memory": f"{g.memory_gib:.2f} GiB",
             "nvlink": f"{g.intra_node_gbps:.0f} GB/s", "nic": f"{g.inter_node_gbps:.0f} GB/s"}[field]
 
 

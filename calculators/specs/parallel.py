@@ -274,7 +274,7 @@ def check_layout(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig) ->
                      + (f"they follow Megatron's split counting the embedding and the loss as layers "
                         f"(split={','.join(map(str, auto[:2]))},...,{','.join(map(str, auto[-2:]))})" if auto else
                         f"the first {model.layers % (pp * v)} stages take one layer more")
-                     + "; set parallel.split to choose another")
+                     + "; set parallel.split (the layers per pipeline stage) to choose another")
     if par.schedule == "interleaved":
         require(p, v > 1, "schedule 'interleaved' needs vpp >= 2 virtual stages per rank")
         require(p, m % pp == 0,

@@ -17,7 +17,7 @@ def _slider(lo, hi, label, step=1):
     return lambda v: gr.Slider(lo, hi, v, step=step, label=label)
 
 
-ATTENTION_LABELS = {"": "framework's (cuDNN for Megatron and torchtitan on Blackwell, else FlashAttention-2)",
+ATTENTION_LABELS = {"": "framework's (cuDNN: Megatron, torchtitan on Blackwell; else FA2)",
                     "fa2": "FlashAttention-2", "fa3": "FlashAttention-3 (Hopper)", "cudnn": "cuDNN",
                     "cudnn-2025": "cuDNN 9.9 to 9.13 (2025; slower on Blackwell)"}
 
@@ -73,7 +73,8 @@ SCENARIO = {
     "framework": (lambda v: gr.Dropdown(list(FRAMEWORKS), value=v, label="framework memory layout"), "megatron"),
     "dispatcher": (lambda v: gr.Radio(list(DISPATCHERS), value=v,
                                       label="MoE dispatcher (deepep, hybridep: a copy per node)"), "alltoall"),
-    "dispatch_sms": (_slider(0, 148, "SMs for DeepEP's or HybridEP's kernels (0: their default; even for DeepEP)",
+    "dispatch_sms": (_slider(0, 148, "SMs for DeepEP's or HybridEP's kernels (0: their default; DeepEP takes an "
+                                     "even count)",
                              step=2), 0),
     "attention": (lambda v: gr.Dropdown([(ATTENTION_LABELS.get(k, k), k) for k in ATTENTION_KERNELS], value=v,
                                         label="attention kernel"), ""),

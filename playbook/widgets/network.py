@@ -50,7 +50,8 @@ def coll_compute(v: dict):
     series = {f"{name}": [bus_bandwidth(v["op"], s, g, cluster, prof) for s in SIZES] for name, g in placements.items()}
     g = placements["as placed"]
     t = collective_time(v["op"], 2**28, g, cluster, prof)
-    text = (f"{v['op']} of 256 MiB over {n} GPUs ({k} per node on {n // k} node(s)): **{t * 1e3:.2f} ms**, bus "
+    nodes = f"{n // k} node" + ("s" if n // k > 1 else "")
+    text = (f"{v['op']} of 256 MiB over {n} GPUs ({k} per node on {nodes}): **{t * 1e3:.2f} ms**, bus "
             f"bandwidth {bus_bandwidth(v['op'], 2**28, g, cluster, prof):.0f} GB/s (nccl-tests' busbw convention; "
             f"GB = 10^9 bytes). Small messages are latency-bound: bandwidth falls off on the left.")
     fig = lines(SIZES, series, "message size (bytes)", "bus bandwidth (GB/s)", f"{v['op']}: bus bandwidth vs size",
@@ -69,8 +70,8 @@ def coll_compute(v: dict):
         mine = [r for r in rows if r.gpu == v["gpu"]]
         text += (f" Across nodes this model's bus bandwidth is {-statistics.median(r.error for r in rows):.0%} below "
                  f"what {len(rows)} published nccl-tests runs measured (median"
-                 + (f"; {-statistics.median(r.error for r in mine):.0%} on the {len(mine)} of the {v['gpu']}"
-                    if mine else "") + (", the stars: this GPU at this node count" if here else "")
+                 + (f"; {-statistics.median(r.error for r in mine):.0%} on the {len(mine)} runs of the {v['gpu']} at "
+                    "any node count" if mine else "") + ("; the stars are its runs at this node count" if here else "")
                  + "): it runs a collective's NVLink and network phases one after the other, where NCCL overlaps "
                  "them. Read it as a floor across nodes.")
     return fig, text
