@@ -104,13 +104,14 @@ def memory_by_stage(memory: dict, title: str) -> Figure:
                           ("h", usable, "#b60", "dot", f"usable {usable:.1f} GiB<br>(fit rule)")])
 
 
-def stacked_phases(phases, capacity_gib: float, title: str) -> Figure:
-    """[(phase, {role: GiB})] as stacked bars, with the capacity line."""
+def stacked_phases(phases, capacity_gib: float, title: str, usable_gib: float | None = None) -> Figure:
+    """[(phase, {role: GiB})] as stacked bars, with the capacity line and, given, the usable one."""
     x = [p for p, _ in phases]
     data = [_bar(role, x, [r[role] for _, r in phases], marker=dict(color=ROLE_COLOR.get(role)),
                  hovertemplate=f"{role}: %{{y:.2f}} GiB<extra></extra>") for role in phases[0][1]]
+    usable = [("h", usable_gib, "#b60", "dot", f"usable {usable_gib:.1f} GiB<br>(fit rule)")] if usable_gib else []
     return _figure(data, title, "", "GiB per GPU", barmode="stack",
-                   lines=[("h", capacity_gib, "#b00", "solid", f"capacity {capacity_gib:.1f} GiB")])
+                   lines=[("h", capacity_gib, "#b00", "solid", f"capacity {capacity_gib:.1f} GiB")] + usable)
 
 
 def _short(v: float) -> str:

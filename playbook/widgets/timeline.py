@@ -26,7 +26,8 @@ def compute(v: dict):
            "the backward's peak held fewer gradients than activations.")
     text = (f"Peak **{peak:.2f} GiB** in the second step's backward, of {est.capacity_gib:.1f} GiB "
             f"({par.framework} layout, GiB = 2^30 bytes). {why}")
-    return stacked_phases(phases, est.capacity_gib, f"{model.name}: memory through two training steps"), text
+    return stacked_phases(phases, est.capacity_gib, f"{model.name}: memory through two training steps",
+                          est.usable_gib), text
 
 
 def build(wid: str, params: dict) -> Widget:
