@@ -6,6 +6,12 @@ from __future__ import annotations
 import re
 
 
+def alst_features(settings: str) -> bool:
+    """Whether a row is one of ALST's runs with all its features: they say "ALST", its baselines
+    "baseline"."""
+    return bool(re.search(r"\bALST\b", settings)) and "baseline" not in settings
+
+
 def loss(settings: str) -> str:
     """The loss kernel a row states (loss=eager, loss=compiled or loss=bf16 in its other settings): a
     run of torchtitan from before it compiled its loss under training.compile says loss=eager, NeMo
@@ -14,9 +20,8 @@ def loss(settings: str) -> str:
     for kernel in ("eager", "compiled", "bf16"):
         if f"loss={kernel}" in settings.replace(" ", "").lower():
             return kernel
-    # ALST's rows say "tiled logits", or "ALST" for all its features; its baselines say "baseline"
-    alst = re.search(r"\bALST\b", settings) and "baseline" not in settings
-    return "chunked" if alst or re.search(r"tiled logits|fused linear cross.?entropy", settings, re.I) else ""
+    # ALST's rows say "tiled logits", or "ALST" for all its features
+    return "chunked" if alst_features(settings) or re.search(r"tiled logits|fused linear cross.?entropy", settings, re.I) else ""
 
 
 def te_modules(settings: str) -> bool:
@@ -207,14 +212,13 @@ def checkpoint_offload(settings: str) -> bool:
     """Whether a DeepSpeed row keeps its activation checkpoints in host memory (ALST's checkpoint
     offload, in its "+AC offload" rows and its full ALST rows; DeepSpeed's cpu_checkpointing)."""
     return bool(re.search(r"activation-checkpoint offload|AC offload|cpu_checkpointing", settings)
-                or (re.search(r"\bALST\b", settings) and "baseline" not in settings))
+                or alst_features(settings))
 
 
 def tiled_mlp(settings: str) -> bool:
     """Whether a row ran its MLP tiled (DeepSpeed's TiledMLP): ALST's "+ tiled MLP" rows and its full
     ALST rows."""
-    return bool(re.search(r"tiled MLP", settings, re.I)
-                or (re.search(r"\bALST\b", settings) and "baseline" not in settings))
+    return bool(re.search(r"tiled MLP", settings, re.I) or alst_features(settings))
 
 
 def host_offload(settings: str) -> tuple[float, bool]:
@@ -242,7 +246,8 @@ def knobs(row: dict) -> dict:
     return {"dispatcher": dispatcher(settings), "dispatch_sms": dispatch_sms(settings),
             "ep_overlap": ep_overlap(settings), "loss": loss(settings),
             "attention": attention(settings), "experts": experts(settings),
-            "elementwise": "fused" if te_modules(settings) or liger_modules(row) else "", "grad_dtype": grads, "moment_dtype": moments,
+            "elementwise": "fused" if te_modules(settings) or liger_modules(row) else "",
+            "grad_dtype": grads, "moment_dtype": moments,
             "master_dtype": master, "fp8_recipe": fp8_recipe(row), "offload_layers": offload(settings),
             "offload_modules": offload_list(settings),
             **dict(zip(("optimizer_offload", "param_offload"), host_offload(settings)))}
